@@ -1,0 +1,67 @@
+"""Command line: the Hydra main. Every key of conf/ can be overridden; --multirun sweeps.
+
+    python -m workbench                                   # default: sync DDP, small CNN, digits, 4 CPU ranks
+    python -m workbench trainer=sync cluster.nproc=2 optim.lr=0.05
+    python -m workbench experiment=digits_large_batch
+    python -m workbench --multirun cluster.nproc=1,2,4    # one run each under experiments/multiruns/
+    python -m workbench --cfg job                         # print the composed config, run nothing
+    workbench ...                                         # the same, as a console script
+
+Exit status: 0 completed, 1 failed (the failed rank is named), 2 invalid config (nothing started),
+3 diverged (NaN/inf loss).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+import workbench.trainers  # noqa: F401  (registers the trainers' config schemas before Hydra composes)
+from workbench.config import ConfigError, conf_dir
+
+
+def summary_paragraph(s: dict) -> str:
+    acc = s.get("final_test_accuracy")
+    sps = s.get("samples_per_s")
+    bps = s.get("bytes_per_step")
+    parts = [f"{s.get('trainer')} on {s.get('model')}/{s.get('data')} with {s.get('workers')} workers"
+             f" ({s.get('backend')}, {s.get('device')}) {s.get('status')} after {s.get('steps')} steps"
+             f" ({s.get('epochs', 0):.1f} epochs, global batch {s.get('global_batch')}) in {s.get('wall_time_s', 0):.1f} s:"]
+    parts.append(f"final test accuracy {acc:.2%}," if acc is not None else "no evaluation,")
+    parts.append(f"{sps:,.0f} samples/s," if sps else "")
+    if bps is not None:
+        parts.append(f"{bps / 2**20:.3f} MiB sent per worker per step.")
+    return " ".join(p for p in parts if p)
+
+
+def _task(cfg: DictConfig) -> None:
+    from workbench.launcher import RunFailed, discard, launch
+
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        run = launch(cfg, run_dir=run_dir, check=True)
+    except ConfigError as e:
+        discard(run_dir)  # nothing started: leave no half-written run directory
+        print(f"workbench: error: {e}", file=sys.stderr)
+        raise SystemExit(2)
+    except RunFailed as e:
+        print(f"workbench: {e}", file=sys.stderr)
+        raise SystemExit(3 if e.run.status == "diverged" else 1)
+    print(summary_paragraph(run.summary))
+    print(f"run directory: {run.path}")
+
+
+def main() -> None:
+    try:
+        path = str(conf_dir())
+    except ConfigError as e:
+        print(f"workbench: error: {e}", file=sys.stderr)
+        raise SystemExit(2)
+    hydra.main(config_path=path, config_name="config", version_base="1.3")(_task)()
+
+
+if __name__ == "__main__":
+    main()

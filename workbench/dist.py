@@ -1,0 +1,70 @@
+"""Process-group set-up for one rank: backend, device, threads, timeouts.
+
+Reads the environment the elastic agent (or torchrun) sets: RANK, WORLD_SIZE, LOCAL_RANK,
+LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class DistInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    backend: str
+    device: torch.device
+    threads: int
+
+
+def choose_backend(cluster) -> str:
+    if cluster.backend != "auto":
+        return cluster.backend
+    return "nccl" if choose_device(cluster).type == "cuda" else "gloo"
+
+
+def choose_device(cluster, local_rank: int = 0) -> torch.device:
+    want = cluster.device
+    if want == "auto":
+        want = "cuda" if torch.cuda.is_available() else "cpu"
+    if want == "cuda":
+        # one GPU per local rank where there are enough; otherwise ranks share them round-robin
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def threads_per_rank(cluster, local_world_size: int) -> int:
+    if cluster.threads > 0:
+        return cluster.threads
+    return max(1, (os.cpu_count() or 1) // max(1, local_world_size))
+
+
+def init(cluster) -> DistInfo:
+    rank = int(os.environ.get("RANK", 0))
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    threads = threads_per_rank(cluster, local_world)
+    torch.set_num_threads(threads)
+    device = choose_device(cluster, local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    backend = choose_backend(cluster)
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", cluster.master_addr)
+        os.environ.setdefault("MASTER_PORT", str(cluster.master_port or 29500))
+        dist.init_process_group(backend=backend, rank=rank, world_size=world,
+                                timeout=timedelta(seconds=cluster.timeout_s))
+    return DistInfo(rank, world, local_rank, local_world, backend, device, threads)
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,202 @@
+"""Start a run's processes with PyTorch's own elastic agent (what ``torchrun`` runs).
+
+``launch(cfg)`` validates the config, prepares the run directory, and runs
+``python -m workbench.worker --run-dir <dir>`` as ``cluster.nproc`` local ranks through
+:func:`torch.distributed.launcher.api.elastic_launch` with a c10d rendezvous. The agent watches the
+ranks every ``cluster.monitor_interval_s``; when one dies it stops the others, so a failure ends the
+whole run within seconds, and ``summary.json`` records which rank failed and why.
+
+Ranks' stdout/stderr go to ``logs/`` in the run directory; the launcher draws the progress bar
+itself from rank 0's metrics.jsonl (tqdm.auto: a text bar in a terminal, a widget in Jupyter).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+from omegaconf import DictConfig
+
+from workbench import runstore
+from workbench.config import validate
+
+
+class RunFailed(RuntimeError):
+    """A run ended with a failed or diverged rank; ``.run`` is the :class:`~workbench.runs.Run`."""
+
+    def __init__(self, message: str, run) -> None:
+        super().__init__(message)
+        self.run = run
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+_AGENT_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT}
+_COMM_ERRORS = ("Connection closed by peer", "Connection reset", "Broken pipe", "Timed out", "timed out",
+                "DistNetworkError", "ECONNRESET", "DistBackendError", "Socket Timeout", "gloo")
+
+
+def describe_failure(run_dir: Path, failures: dict) -> dict:
+    """Pick the root cause among the failed ranks and describe it in one line.
+
+    A rank killed by a signal, or one that raised something other than a communication error, is
+    the cause; the ranks that merely lost their peer are consequences."""
+    rows = []
+    for rank, f in failures.items():
+        err = runstore.read_json(Path(run_dir) / "ranks" / f"rank{rank}_error.json") or {}
+        m = f.message
+        while isinstance(m, dict):  # error files nest {"message": {"message": ..., "extraInfo": ...}}
+            m = m.get("message", json.dumps(m))
+        msg = err.get("error") or (m if isinstance(m, str) else str(m))
+        killed = f.exitcode is not None and f.exitcode < 0
+        stopped = killed and -f.exitcode in _AGENT_SIGNALS  # the agent stopping the survivors
+        comm = any(s in (msg or "") for s in _COMM_ERRORS)
+        rank_order = 3 if stopped else 0 if killed else 2 if comm else 1
+        rows.append((rank_order, f.timestamp or 0, rank, f, msg, killed))
+    rows.sort(key=lambda r: (r[0], r[1], r[2]))
+    _, _, rank, f, msg, killed = rows[0]
+    if killed:
+        cause = f"killed by {_signal_name(f.exitcode)}"
+    else:
+        cause = f"exited with code {f.exitcode}: {(msg or '').strip().splitlines()[-1] if msg else 'no error recorded'}"
+    log = Path(run_dir) / "logs"
+    return {"failed_rank": rank, "exitcode": f.exitcode, "error": f"rank {rank} {cause}",
+            "failed_ranks": sorted(failures), "logs": str(log)}
+
+
+class _Progress(threading.Thread):
+    """Follow rank 0's metrics.jsonl and draw a tqdm.auto bar (terminal or notebook widget)."""
+
+    def __init__(self, run_dir: Path, desc: str) -> None:
+        super().__init__(daemon=True)
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.desc = desc
+        self.stop_evt = threading.Event()
+
+    def run(self) -> None:
+        from tqdm.auto import tqdm
+        bar, pos, acc, buf = None, 0, None, ""
+        while True:
+            stopping = self.stop_evt.is_set()
+            if self.path.exists():
+                with open(self.path) as f:
+                    f.seek(pos)
+                    buf += f.read()
+                    pos = f.tell()
+                *lines, buf = buf.split("\n")
+                for line in lines:
+                    try:
+                        r = json.loads(line)
+                    except json.JSONDecodeError:
+                        continue
+                    if r.get("kind") == "start" and bar is None:
+                        bar = tqdm(total=r["total_steps"], desc=self.desc, unit="step", dynamic_ncols=True,
+                                   mininterval=1.0)
+                    elif r.get("kind") == "train" and bar is not None:
+                        bar.set_postfix(loss=f"{r['loss']:.3f}", **({"test_acc": f"{acc:.3f}"} if acc is not None else {}),
+                                        refresh=False)
+                        bar.update(r["step"] - bar.n)
+                    elif r.get("kind") == "eval" and bar is not None:
+                        acc = r["test_accuracy"]
+            if stopping:
+                break
+            self.stop_evt.wait(0.25)
+        if bar is not None:
+            bar.close()
+
+    def stop(self) -> None:
+        self.stop_evt.set()
+        self.join(timeout=5)
+
+
+def launch(cfg: DictConfig, run_dir: Optional[os.PathLike] = None, progress: Optional[bool] = None,
+           check: bool = True):
+    """Run ``cfg`` to completion and return its :class:`~workbench.runs.Run`.
+
+    ``run_dir``: where to write (default: a new ``experiments/runs/<date>/<time>_<name>``).
+    ``progress``: draw a progress bar (default: ``cfg.trainer.progress``).
+    ``check``: raise :class:`RunFailed` if the run fails or diverges (else return the failed Run).
+    Raises :class:`~workbench.config.ConfigError` before starting anything if ``cfg`` is invalid.
+    """
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    from workbench.runs import Run
+
+    validate(cfg)
+    run_dir = Path(run_dir) if run_dir is not None else runstore.new_run_dir(cfg)
+    runstore.prepare(run_dir, cfg)
+    c = cfg.cluster
+    if c.nnodes > 1 and not c.master_port:
+        from workbench.config import ConfigError
+        raise ConfigError("invalid value 0 for cluster.master_port: a multi-node run needs the rendezvous "
+                          "port every node uses (cluster.master_addr:cluster.master_port of node 0)")
+    endpoint = f"{c.master_addr}:{c.master_port or free_port(c.master_addr)}"
+    lc = LaunchConfig(
+        min_nodes=c.nnodes, max_nodes=c.nnodes, nproc_per_node=c.nproc, run_id=run_dir.name,
+        rdzv_backend="c10d", rdzv_endpoint=endpoint,
+        rdzv_configs={"join_timeout": int(c.timeout_s), "read_timeout": int(c.timeout_s)},
+        max_restarts=c.max_restarts, monitor_interval=c.monitor_interval_s, start_method="spawn",
+        logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL),
+    )
+    show = cfg.trainer.progress if progress is None else progress
+    bar = _Progress(run_dir, f"{cfg.trainer.name} {cfg.model.name}/{cfg.data.name} x{c.nproc * c.nnodes}") if show else None
+    old_env = os.environ.get("WORKBENCH_LAUNCHER")
+    os.environ["WORKBENCH_LAUNCHER"] = "1"
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # each rank sets its own torch thread count
+    t0 = time.time()
+    error: Optional[dict] = None
+    if bar:
+        bar.start()
+    try:
+        elastic_launch(lc, sys.executable)("-m", "workbench.worker", "--run-dir", str(run_dir))
+    except ChildFailedError as e:
+        error = describe_failure(run_dir, e.failures)
+    except KeyboardInterrupt:
+        error = {"error": "interrupted (KeyboardInterrupt)", "failed_rank": None}
+    except Exception as e:  # rendezvous or agent failures: no rank ran
+        error = {"error": f"launch failed: {type(e).__name__}: {e}", "failed_rank": None}
+    finally:
+        if bar:
+            bar.stop()
+        if old_env is None:
+            os.environ.pop("WORKBENCH_LAUNCHER", None)
+        else:
+            os.environ["WORKBENCH_LAUNCHER"] = old_env
+    run = Run(run_dir)
+    summary = run.summary or {}
+    if error is not None:
+        status = "diverged" if summary.get("status") == "diverged" else "failed"
+        if status == "diverged":
+            error["error"] = summary.get("error", error["error"])
+        summary = {**run.partial_summary(), **summary, **error, "status": status,
+                   "wall_time_s": time.time() - t0, "run_dir": str(run_dir)}
+    summary["bytes_by_rank"] = run.rank_totals()
+    runstore.write_json(run_dir / "summary.json", summary)
+    if error is not None and check:
+        raise RunFailed(f"run {summary['status']}: {summary['error']} (run dir: {run_dir})", run)
+    return run
+
+
+def discard(run_dir: os.PathLike) -> None:
+    """Remove a run directory that never started (invalid config)."""
+    shutil.rmtree(run_dir, ignore_errors=True)

@@ -1,0 +1,86 @@
+"""Model registry. Every model is a :class:`SplitModel`: a ``features`` part (convolutions; what
+Stanza's CONV workers train) and a ``classifier`` part (fully connected; Stanza's FC workers), with
+``forward(x) = classifier(features(x))``. ``features`` ends with a flatten, so its output is the
+boundary activation of ``boundary_size`` floats per sample.
+
+Add a model: one file in this package with a function decorated by ``@MODELS.register(name)`` that
+returns a :class:`ModelSpec`, and one ``conf/model/<name>.yaml``.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+from workbench.registry import Registry
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """What a data set feeds a model."""
+    channels: int
+    image_size: int
+    num_classes: int
+
+
+class SplitModel(nn.Module):
+    def __init__(self, features: nn.Module, classifier: nn.Module) -> None:
+        super().__init__()
+        self.features = features
+        self.classifier = classifier
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+    def boundary_size(self, spec: InputSpec) -> int:
+        """Floats per sample crossing the conv/FC boundary."""
+        with torch.no_grad():
+            was = self.training
+            self.eval()
+            out = self.features(torch.zeros(1, spec.channels, spec.image_size, spec.image_size))
+            self.train(was)
+        return int(out[0].numel())
+
+    def param_counts(self) -> dict:
+        return {"features": sum(p.numel() for p in self.features.parameters()),
+                "classifier": sum(p.numel() for p in self.classifier.parameters())}
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    build: Callable[..., SplitModel]  # build(spec: InputSpec, cfg) -> SplitModel
+    min_image_size: int = 1
+    note: str = ""
+
+    def check_input(self, spec: InputSpec, key: str = "model.name") -> None:
+        from workbench.config import ConfigError
+        if spec.image_size < self.min_image_size:
+            raise ConfigError(
+                f"invalid value for {key}: this model needs images of at least {self.min_image_size}x"
+                f"{self.min_image_size}, the data set gives {spec.image_size}x{spec.image_size}; "
+                f"set data.resize={self.min_image_size} or use a larger data set")
+
+
+MODELS: Registry[ModelEntry] = Registry("model")
+
+
+def register(name: str, min_image_size: int = 1, note: str = ""):
+    def deco(fn):
+        MODELS.register(name)(ModelEntry(fn, min_image_size, note))
+        return fn
+    return deco
+
+
+def build_model(cfg, spec: InputSpec) -> SplitModel:
+    """Build ``cfg.model`` for inputs described by ``spec`` (seeded by the caller)."""
+    entry = MODELS[cfg.model.name]
+    entry.check_input(spec)
+    return entry.build(spec, cfg.model)
+
+
+for _m in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_m.name}")

@@ -1,0 +1,226 @@
+"""The loop parts every trainer shares: data, model and optimizer construction, the learning-rate
+schedule, the step loop with timing, logging, periodic evaluation, divergence and fault injection.
+
+A trainer subclasses :class:`Trainer` and implements ``setup()`` (build what it needs),
+``train_step(x, y) -> loss`` (one optimizer step on this rank's batch) and, where not every rank
+holds the whole model, ``eval_model()`` / ``is_worker``. Everything else lives here, once.
+"""
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+from typing import Dict, Optional
+
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig
+
+from workbench import data as data_mod
+from workbench.dist import DistInfo
+from workbench.meter import Meter
+from workbench.models import SplitModel, build_model
+from workbench.runstore import RunLog
+
+
+class Diverged(RuntimeError):
+    """The loss became NaN or infinite."""
+
+
+def seed_everything(seed: int) -> None:
+    import random
+
+    import numpy as np
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def lr_at(optim: DictConfig, step: int, total_steps: int, global_batch: int) -> float:
+    """Learning rate for optimizer step ``step`` (0-based): linear scaling with the global batch,
+    linear warm-up, then the schedule."""
+    base = optim.lr * (global_batch / optim.base_batch_size if optim.scale_lr == "linear" else 1.0)
+    if step < optim.warmup_steps:
+        return base * (step + 1) / optim.warmup_steps
+    if optim.schedule == "cosine":
+        span = max(1, total_steps - optim.warmup_steps)
+        return base * 0.5 * (1 + math.cos(math.pi * min(1.0, (step - optim.warmup_steps) / span)))
+    if optim.schedule == "step":
+        return base * optim.step_gamma ** (step // optim.step_every)
+    return base
+
+
+def build_optimizer(params, optim: DictConfig) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=optim.lr, momentum=optim.momentum, weight_decay=optim.weight_decay,
+                           nesterov=optim.nesterov)
+
+
+def in_progress_bar() -> bool:
+    """Ranks started by our launcher leave the bar to the launcher (it reads metrics.jsonl)."""
+    return os.environ.get("WORKBENCH_LAUNCHER") != "1"
+
+
+class Trainer:
+    """Base class. Subclasses set ``name`` and register with ``@TRAINERS.register(name)``."""
+
+    name = "base"
+
+    # -- hooks for validation before launch -------------------------------------------------------
+    @classmethod
+    def num_workers(cls, cfg: DictConfig) -> int:
+        """Ranks that compute gradients on data (all of them, unless a trainer has servers)."""
+        return cfg.cluster.nproc * cfg.cluster.nnodes
+
+    @classmethod
+    def validate(cls, cfg: DictConfig) -> None:
+        """Trainer-specific checks; raise workbench.config.ConfigError."""
+
+    # -- construction ------------------------------------------------------------------------------
+    def __init__(self, cfg: DictConfig, info: DistInfo, meter: Meter, log: RunLog) -> None:
+        self.cfg, self.info, self.meter, self.log = cfg, info, meter, log
+        self.device = info.device
+        self.rank = info.rank
+        self.workers = self.num_workers(cfg)
+        self.worker_index = self.rank  # position among the worker ranks (data shard)
+        self.is_worker = True
+
+    def load_data(self) -> None:
+        self.train_set, self.test_set, self.spec = data_mod.load(self.cfg)
+        self.batch_size = data_mod.batch_size_per_worker(self.cfg, self.workers)
+        self.global_batch = self.batch_size * self.workers
+
+    def build_model(self) -> SplitModel:
+        seed_everything(self.cfg.seed)  # the same initial weights on every rank
+        return build_model(self.cfg, self.spec).to(self.device)
+
+    def setup(self) -> None:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def eval_model(self) -> Optional[torch.nn.Module]:
+        return self.model
+
+    def set_lr(self, lr: float) -> None:
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+
+    @staticmethod
+    def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(out, y)
+
+    # -- evaluation --------------------------------------------------------------------------------
+    def evaluate(self) -> Dict[str, float]:
+        """Test loss and accuracy over the whole held-out set: every worker scores its shard, one
+        metered all-reduce (category ``eval``) sums them."""
+        model = self.eval_model()
+        stats = torch.zeros(3, dtype=torch.float64)
+        if self.is_worker and model is not None:
+            was = model.training
+            model.eval()
+            with torch.no_grad():
+                for x, y in data_mod.test_loader(self.test_set, self.cfg, self.worker_index, self.workers):
+                    x, y = x.to(self.device), y.to(self.device)
+                    out = model(x)
+                    stats[0] += F.cross_entropy(out, y, reduction="sum").item()
+                    stats[1] += (out.argmax(1) == y).sum().item()
+                    stats[2] += len(y)
+            model.train(was)
+        stats = stats.to(self.device if self.info.backend == "nccl" else "cpu")
+        self.meter.all_reduce(stats, "eval")
+        stats = stats.cpu()
+        n = max(1.0, stats[2].item())
+        return {"test_loss": stats[0].item() / n, "test_accuracy": stats[1].item() / n}
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def total_steps(self, steps_per_epoch: int) -> int:
+        t = self.cfg.trainer
+        return t.max_steps if t.max_steps > 0 else max(1, math.ceil(t.epochs * steps_per_epoch))
+
+    def _maybe_kill(self, step: int) -> None:
+        c = self.cfg.cluster
+        if self.rank == c.kill_rank and step == c.kill_at_step:
+            self.log.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def run(self) -> dict:
+        cfg, t = self.cfg, self.cfg.trainer
+        self.load_data()
+        self.setup()
+        loader, sampler = data_mod.train_loader(self.train_set, cfg, self.worker_index, self.workers, cfg.seed)
+        steps_per_epoch = len(loader)
+        if steps_per_epoch == 0:
+            raise ValueError(f"data.batch_size: {self.global_batch} samples per step exceed the "
+                             f"{len(self.train_set)} training samples")
+        total = self.total_steps(steps_per_epoch)
+        self.log.log({"kind": "start", "step": 0, "total_steps": total, "steps_per_epoch": steps_per_epoch,
+                      "global_batch": self.global_batch, "workers": self.workers, "world_size": self.info.world_size})
+        bar = None
+        if self.rank == 0 and t.progress and in_progress_bar():
+            from tqdm.auto import tqdm
+            bar = tqdm(total=total, desc=f"{self.name}", unit="step", dynamic_ncols=True)
+
+        self.meter.pop()  # set-up traffic (DDP's initial broadcast) is not a training step
+        start = time.perf_counter()
+        train_time, eval_time, samples, step, epoch = 0.0, 0.0, 0, 0, 0
+        last_eval: Dict[str, float] = {}
+        sent_total = 0
+        t_prev = time.perf_counter()
+        while step < total:
+            sampler.set_epoch(epoch)
+            for x, y in loader:
+                if step >= total:
+                    break
+                lr = lr_at(cfg.optim, step, total, self.global_batch)
+                self.set_lr(lr)
+                x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+                loss = self.train_step(x, y)
+                step += 1
+                self._maybe_kill(step)
+                window = self.meter.pop()
+                now = time.perf_counter()
+                dt = now - t_prev
+                train_time += dt
+                samples += self.global_batch
+                sent = sum(c["sent"] for c in window.values())
+                sent_total += sent
+                if step % t.log_every == 0 or step == total:
+                    loss_v = float(loss.item()) if loss is not None else float("nan")
+                    if loss is not None and not math.isfinite(loss_v):
+                        raise Diverged(f"loss is {loss_v} at step {step} (lr {lr:g}); lower optim.lr or add warm-up")
+                    self.log.comm_step(step, window)
+                    self.log.log({"kind": "train", "step": step, "epoch": epoch + 1, "time": now - start,
+                                  "loss": loss_v, "lr": lr, "step_time": dt, "samples_per_s": self.global_batch / dt,
+                                  "bytes_sent": sent, "comm": window})
+                    if bar is not None:
+                        bar.set_postfix(loss=f"{loss_v:.3f}", **({"acc": f"{last_eval['test_accuracy']:.3f}"} if last_eval else {}),
+                                        refresh=False)
+                if bar is not None:
+                    bar.update(1)
+                if step % t.eval_every == 0 or step == total:
+                    t0 = time.perf_counter()
+                    last_eval = self.evaluate()
+                    self.meter.pop()  # eval traffic is reported with the eval record, not the step
+                    eval_time += time.perf_counter() - t0
+                    self.log.log({"kind": "eval", "step": step, "epoch": epoch + 1, "time": time.perf_counter() - start,
+                                  "train_time": train_time, **last_eval})
+                    self.log.flush()
+                t_prev = time.perf_counter()
+            epoch += 1
+        if bar is not None:
+            bar.close()
+        wall = time.perf_counter() - start
+        return {
+            "trainer": self.name, "model": cfg.model.name, "data": cfg.data.name,
+            "world_size": self.info.world_size, "workers": self.workers, "backend": self.info.backend,
+            "device": str(self.device), "threads_per_rank": self.info.threads,
+            "global_batch": self.global_batch, "batch_per_worker": self.batch_size,
+            "steps": step, "epochs": step / steps_per_epoch, "samples": samples,
+            "final_test_accuracy": last_eval.get("test_accuracy"), "final_test_loss": last_eval.get("test_loss"),
+            "train_time_s": train_time, "eval_time_s": eval_time, "wall_time_s": wall,
+            "samples_per_s": samples / train_time if train_time > 0 else None,
+            "bytes_per_step": sent_total / max(1, step),
+            "bytes_by_category": self.meter.totals(),
+        }

@@ -1,0 +1,102 @@
+"""The per-rank entry point: what every training process runs.
+
+The launcher (``python -m workbench …`` / ``workbench.launch``) starts it through PyTorch's elastic
+agent with ``--run-dir``; on a cluster, start it yourself with torchrun on every node:
+
+    # on each of 2 nodes (node 0 at 10.0.0.1), 4 processes per node:
+    torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint 10.0.0.1:29400 \\
+        --rdzv-id myrun -m workbench.worker trainer=sync data=cifar10 data.root=/data model=vgg16 \\
+        cluster.nnodes=2 cluster.nproc=4
+
+Without ``--run-dir``, every rank composes the config from the overrides, rank 0 creates the run
+directory (on node 0) and shares its path through the rendezvous store.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from torch.distributed.elastic.multiprocessing.errors import record
+
+EXIT_DIVERGED = 3
+
+
+def _share_run_dir(cfg, rank: int) -> Path:
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    from workbench import runstore
+    store = c10d._get_default_store()
+    if rank == 0:
+        run_dir = runstore.prepare(runstore.new_run_dir(cfg), cfg)
+        store.set("workbench/run_dir", str(run_dir.resolve()))
+    dist.barrier()
+    return Path(store.get("workbench/run_dir").decode())
+
+
+@record
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m workbench.worker", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run-dir", help="a run directory holding config.yaml (written by the launcher)")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides, when there is no --run-dir")
+    args = p.parse_args(argv)
+
+    from workbench import dist as wdist
+    from workbench import runstore
+    from workbench.config import validate
+    from workbench.meter import Meter
+    from workbench.sysmon import SystemMonitor
+    from workbench.trainers import TRAINERS
+    from workbench.trainers.base import Diverged
+
+    if args.run_dir:
+        run_dir = Path(args.run_dir)
+        cfg = runstore.load_config(run_dir)
+    else:
+        from workbench.api import compose
+        cfg = compose(args.overrides)
+        validate(cfg)
+        run_dir = None
+
+    info = wdist.init(cfg.cluster)
+    if run_dir is None:
+        run_dir = _share_run_dir(cfg, info.rank)
+
+    meter = Meter(cfg.cluster.timeout_s)
+    log = runstore.RunLog(run_dir, info.rank)
+    mon = SystemMonitor(run_dir / "system" / f"rank{info.rank}.jsonl", info.rank,
+                        info.device.index if info.device.type == "cuda" else None).start()
+    trainer = TRAINERS[cfg.trainer.name](cfg, info, meter, log)
+    status, code = "completed", 0
+    try:
+        summary = trainer.run()
+        summary["status"] = status
+    except Diverged as e:
+        status, code = "diverged", EXIT_DIVERGED
+        summary = {"status": status, "error": str(e)}
+        print(f"rank {info.rank}: diverged: {e}", file=sys.stderr)
+    except BaseException as e:
+        status = "failed"
+        runstore.write_json(run_dir / "ranks" / f"rank{info.rank}_error.json",
+                            {"rank": info.rank, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
+        raise
+    finally:
+        mon.stop()
+        log.close()
+        runstore.write_json(run_dir / "ranks" / f"rank{info.rank}_totals.json",
+                            {"rank": info.rank, "status": status, "comm": meter.totals()})
+    if info.rank == 0:
+        runstore.write_json(run_dir / "summary.json", {**summary, "run_dir": str(run_dir)})
+    if code == 0:
+        # Shut down only after a clean finish; after a failure the peers may already be gone.
+        wdist.shutdown()
+    return code
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
