@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -87,6 +87,9 @@ class ClusterConfig:
     monitor_interval_s: float = 0.1  # how often the agent checks for dead ranks
     kill_rank: int = -1  # fault injection: this rank SIGKILLs itself ...
     kill_at_step: int = -1  # ... at this step (tests and fault experiments)
+    straggler_ranks: List[int] = field(default_factory=list)  # ranks made slow on purpose (experiments)
+    straggler_delay_s: float = 0.0  # extra seconds per step on each straggler rank ...
+    straggler_factor: float = 1.0  # ... and/or its step takes this many times as long (>= 1)
 
 
 @dataclass
@@ -95,6 +98,7 @@ class Config:
     seed: int = 0
     output_root: str = "experiments"  # runs go to <output_root>/runs/<date>/<time>_<name>/
     trainer: Any = MISSING
+    compressor: Any = None  # gradient compressor (conf/compressor/); used by trainer=compressed
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -152,6 +156,12 @@ def validate(cfg: DictConfig) -> None:
         import torch
         _check(torch.cuda.is_available(), "cluster.backend" if c.backend == "nccl" else "cluster.device",
                c.backend if c.backend == "nccl" else c.device, "CUDA is not available on this machine; use auto or gloo/cpu")
+
+    for r in c.straggler_ranks:
+        _check(0 <= r < c.nproc * c.nnodes, "cluster.straggler_ranks", list(c.straggler_ranks),
+               f"ranks must be in [0, {c.nproc * c.nnodes - 1}]")
+    _check(c.straggler_delay_s >= 0, "cluster.straggler_delay_s", c.straggler_delay_s, "must be >= 0")
+    _check(c.straggler_factor >= 1, "cluster.straggler_factor", c.straggler_factor, "must be >= 1")
 
     o = cfg.optim
     _check(o.name == "sgd", "optim.name", o.name, "choose from sgd")

@@ -84,6 +84,7 @@ class Trainer:
         self.workers = self.num_workers(cfg)
         self.worker_index = self.rank  # position among the worker ranks (data shard)
         self.is_worker = True
+        self._stragglers = set(cfg.cluster.straggler_ranks)
 
     def load_data(self) -> None:
         self.train_set, self.test_set, self.spec = data_mod.load(self.cfg)
@@ -134,10 +135,24 @@ class Trainer:
         n = max(1.0, stats[2].item())
         return {"test_loss": stats[0].item() / n, "test_accuracy": stats[1].item() / n}
 
+    def save_final_model(self) -> None:
+        """Rank 0 writes the final weights to ``model.pt`` (a plain state dict)."""
+        model = self.eval_model()
+        if self.rank == 0 and model is not None:
+            state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+            torch.save(state, self.log.run_dir / "model.pt")
+
     # -- the loop ----------------------------------------------------------------------------------
     def total_steps(self, steps_per_epoch: int) -> int:
         t = self.cfg.trainer
         return t.max_steps if t.max_steps > 0 else max(1, math.ceil(t.epochs * steps_per_epoch))
+
+    def straggle(self, compute_s: float) -> None:
+        """Make this rank a straggler if ``cluster.straggler_ranks`` names it: sleep a fixed delay
+        plus (factor - 1) times the step's own compute time."""
+        c = self.cfg.cluster
+        if self.rank in self._stragglers:
+            time.sleep(c.straggler_delay_s + (c.straggler_factor - 1.0) * compute_s)
 
     def _maybe_kill(self, step: int) -> None:
         c = self.cfg.cluster
@@ -176,7 +191,10 @@ class Trainer:
                 lr = lr_at(cfg.optim, step, total, self.global_batch)
                 self.set_lr(lr)
                 x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+                t_step = time.perf_counter()
                 loss = self.train_step(x, y)
+                if self._stragglers:
+                    self.straggle(time.perf_counter() - t_step)
                 step += 1
                 self._maybe_kill(step)
                 window = self.meter.pop()
@@ -212,6 +230,7 @@ class Trainer:
         if bar is not None:
             bar.close()
         wall = time.perf_counter() - start
+        self.save_final_model()
         return {
             "trainer": self.name, "model": cfg.model.name, "data": cfg.data.name,
             "world_size": self.info.world_size, "workers": self.workers, "backend": self.info.backend,
