@@ -44,7 +44,7 @@ def _task(cfg: DictConfig) -> None:
     try:
         run = launch(cfg, run_dir=run_dir, check=True)
     except ConfigError as e:
-        discard(run_dir)  # nothing started: leave no half-written run directory
+        discard(run_dir, keep=cfg.output_root)  # nothing started: leave no run directory behind
         print(f"workbench: error: {e}", file=sys.stderr)
         raise SystemExit(2)
     except RunFailed as e:

@@ -205,6 +205,8 @@ def validate(cfg: DictConfig) -> None:
     spec = data_reg.DATASETS[d.name].spec(d)
     model_reg.MODELS[cfg.model.name].check_input(spec, key="model.name")
     trainer_cls.validate(cfg)
+    from workbench import compress as compress_reg
+    compress_reg.validate_config(cfg, trainer_cls)  # known compressor, a trainer that uses it, its ranges
 
 
 def to_yaml(cfg: DictConfig) -> str:

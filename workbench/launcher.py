@@ -197,6 +197,16 @@ def launch(cfg: DictConfig, run_dir: Optional[os.PathLike] = None, progress: Opt
     return run
 
 
-def discard(run_dir: os.PathLike) -> None:
-    """Remove a run directory that never started (invalid config)."""
+def discard(run_dir: os.PathLike, keep: os.PathLike = ".") -> None:
+    """Remove a run directory that never started (invalid config), and the date folders above it
+    that are left empty (up to, not including, ``keep``)."""
+    run_dir = Path(run_dir).resolve()
     shutil.rmtree(run_dir, ignore_errors=True)
+    keep = Path(keep).resolve()
+    for parent in run_dir.parents:
+        if parent == keep or keep not in parent.parents:
+            break
+        try:
+            parent.rmdir()  # only succeeds when empty
+        except OSError:
+            break

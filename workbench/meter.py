@@ -164,30 +164,31 @@ class Meter:
         self.record(category, 0, 0, time.perf_counter() - t0)
 
     # -- point to point ---------------------------------------------------------------------------
-    def send(self, tensor: torch.Tensor, dst: int, category: str, tag: int = 0) -> None:
+    def send(self, tensor: torch.Tensor, dst: int, category: str, tag: int = 0, group=None) -> None:
         t0 = time.perf_counter()
-        dist.isend(tensor, dst=dst, tag=tag).wait(self.timeout)
+        dist.isend(tensor, dst=dst, tag=tag, group=group).wait(self.timeout)
         self.record(category, nbytes(tensor), 0, time.perf_counter() - t0)
 
-    def recv(self, tensor: torch.Tensor, src: Optional[int], category: str, tag: int = 0) -> int:
+    def recv(self, tensor: torch.Tensor, src: Optional[int], category: str, tag: int = 0, group=None) -> int:
         """Receive into ``tensor`` from ``src`` (None: any source); returns the sender's rank.
-        Raises after the timeout instead of waiting for a peer that died."""
+        Raises after the timeout instead of waiting for a peer that died. ``group``: a process
+        group spanning every rank in order (e.g. a gloo group beside NCCL), so ranks are global."""
         t0 = time.perf_counter()
         if src is None:
-            work = dist.irecv(tensor, tag=tag)
+            work = dist.irecv(tensor, tag=tag, group=group)
             work.wait(self.timeout)
             sender = work._source_rank()
         else:
-            dist.irecv(tensor, src=src, tag=tag).wait(self.timeout)
+            dist.irecv(tensor, src=src, tag=tag, group=group).wait(self.timeout)
             sender = src
         self.record(category, 0, nbytes(tensor), time.perf_counter() - t0)
         return sender
 
-    def isend(self, tensor: torch.Tensor, dst: int, category: str, tag: int = 0) -> "MeteredWork":
-        return MeteredWork(self, dist.isend(tensor, dst=dst, tag=tag), category, nbytes(tensor), 0)
+    def isend(self, tensor: torch.Tensor, dst: int, category: str, tag: int = 0, group=None) -> "MeteredWork":
+        return MeteredWork(self, dist.isend(tensor, dst=dst, tag=tag, group=group), category, nbytes(tensor), 0)
 
-    def irecv(self, tensor: torch.Tensor, src: int, category: str, tag: int = 0) -> "MeteredWork":
-        return MeteredWork(self, dist.irecv(tensor, src=src, tag=tag), category, 0, nbytes(tensor))
+    def irecv(self, tensor: torch.Tensor, src: int, category: str, tag: int = 0, group=None) -> "MeteredWork":
+        return MeteredWork(self, dist.irecv(tensor, src=src, tag=tag, group=group), category, 0, nbytes(tensor))
 
 
 class MeteredWork:

@@ -104,6 +104,11 @@ class Trainer:
     def eval_model(self) -> Optional[torch.nn.Module]:
         return self.model
 
+    def step_metrics(self) -> Dict[str, float]:
+        """Extra fields of this step's train record (called once per step, after it); e.g. a
+        compressor's encode/decode time and compressed bytes."""
+        return {}
+
     def set_lr(self, lr: float) -> None:
         for g in self.optimizer.param_groups:
             g["lr"] = lr
@@ -204,6 +209,7 @@ class Trainer:
                 samples += self.global_batch
                 sent = sum(c["sent"] for c in window.values())
                 sent_total += sent
+                extra = self.step_metrics()
                 if step % t.log_every == 0 or step == total:
                     loss_v = float(loss.item()) if loss is not None else float("nan")
                     if loss is not None and not math.isfinite(loss_v):
@@ -211,7 +217,7 @@ class Trainer:
                     self.log.comm_step(step, window)
                     self.log.log({"kind": "train", "step": step, "epoch": epoch + 1, "time": now - start,
                                   "loss": loss_v, "lr": lr, "step_time": dt, "samples_per_s": self.global_batch / dt,
-                                  "bytes_sent": sent, "comm": window})
+                                  "bytes_sent": sent, **extra, "comm": window})
                     if bar is not None:
                         bar.set_postfix(loss=f"{loss_v:.3f}", **({"acc": f"{last_eval['test_accuracy']:.3f}"} if last_eval else {}),
                                         refresh=False)

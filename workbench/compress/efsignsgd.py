@@ -1,0 +1,45 @@
+"""``efsignsgd``: scaled sign with error feedback (EF-SignSGD, Karimireddy et al. 2019). Each rank
+sends ``||p||_1 / n * sign(p)`` of its error-corrected gradient ``p = g + e`` (one float32 scale and
+one bit per element) and keeps ``e = p - scale * sign(p)``; the decode averages the ranks' scaled
+signs. Error feedback is on by default (``compressor.error_feedback``), through the same wrapper any
+compressor can use."""
+from dataclasses import dataclass
+
+import torch
+
+from workbench.compress import (COMPRESSORS, Compressor, CompressorConfig, as_bytes, from_bytes, packbits,
+                                register_compressor_schema, unpackbits)
+from workbench.compress.signsgd import signs
+
+
+@dataclass
+class EFSignSGDConfig(CompressorConfig):
+    name: str = "efsignsgd"
+    error_feedback: bool = True  # the "EF" of EF-SignSGD
+
+
+register_compressor_schema("efsignsgd", EFSignSGDConfig)
+
+
+@COMPRESSORS.register("efsignsgd")
+class ScaledSign(Compressor):
+    name = "efsignsgd"
+    collective = "allgather"
+
+    def encode(self, x, info):
+        n = x.numel()
+        scale = (x.abs().sum() / max(1, n)).float().reshape(1).cpu()
+        return as_bytes(scale, packbits((x >= 0).cpu())), n
+
+    def _one(self, buf, n):
+        scale, off = from_bytes(buf.cpu(), torch.float32, 1)
+        return signs(unpackbits(buf.cpu()[off:], n)).mul_(scale)
+
+    def decode(self, received, ctx, info):
+        out = torch.zeros(ctx)
+        for buf in received:
+            out += self._one(buf, ctx)
+        return out.div_(self.world).to(received[0].device)
+
+    def local(self, payload, ctx, info):
+        return self._one(payload, ctx).to(payload.device)

@@ -1,0 +1,1 @@
+"""Analytical performance models: pure functions of measured inputs (Stanza allocation, compression utility)."""

@@ -1,0 +1,133 @@
+"""The push/pull protocol between workers and parameter servers, over metered point-to-point.
+
+One exchange, worker -> every server s:
+
+    worker                                   server s
+      post irecv(reply header), irecv(reply payload)        (before sending: a server's reply
+      isend header [kind, timestamp, step, 0]   ─▶  recv header from any source
+      isend payload (its shard of the model)    ─▶  recv payload from that worker
+                                                     ... update rule decides when to answer ...
+      reply header [timestamp, status, 0, 0]   ◀─   isend
+      reply payload (its shard)                ◀─   isend
+
+Posting the receives before the sends means a server's reply never waits on a worker that is
+still sending to another server, so no cycle of blocking sends can form with several servers.
+
+Categories: ``grad_push`` (gradients up; EASGD pushes parameters as ``param_push``), ``param_pull``
+(parameters down) and ``ps_control`` (the 32-byte headers, clocks and statistics), so the payload
+categories hold exactly the model's bytes. Every wait has the meter's timeout (``cluster.timeout_s``).
+
+Timestamps are the servers' clocks: a server's timestamp is the number of updates it has applied;
+a push carries the timestamp of the weights its gradient was computed on, so the server measures
+the gradient's staleness on arrival of the update.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+import torch
+
+from workbench.meter import Meter
+from workbench.ps.sharding import ShardLayout
+
+# message kinds (header[0])
+PUSH, PULL, DONE, STATS, FINAL = 1, 2, 3, 4, 5
+# tags
+TAG_HDR, TAG_DATA, TAG_REPLY_HDR, TAG_REPLY_DATA, TAG_STATS = 11, 12, 13, 14, 15
+HEADER = 4  # int64 fields per header
+# reply status (reply header[1])
+APPLIED, DROPPED = 0, 1
+CONTROL = "ps_control"
+FINAL_CATEGORY = "ps_final"  # the end-of-run pull of the final weights (not a training step)
+
+
+def header(*values: int) -> torch.Tensor:
+    h = torch.zeros(HEADER, dtype=torch.int64)
+    h[: len(values)] = torch.tensor(values, dtype=torch.int64)
+    return h
+
+
+class PSClient:
+    """A worker's side of the protocol: one flat buffer per server, one clock per server."""
+
+    def __init__(self, meter: Meter, layout: ShardLayout, server_ranks: Sequence[int], group=None,
+                 push_category: str = "grad_push", pull_category: str = "param_pull") -> None:
+        self.meter, self.layout, self.servers, self.group = meter, layout, list(server_ranks), group
+        self.push_category, self.pull_category = push_category, pull_category
+        self.timestamps = [0] * len(self.servers)  # the servers' clocks on the weights we hold
+        self.pull_bufs = [torch.empty(layout.numel(s)) for s in range(len(self.servers))]
+        self.push_bufs = [torch.empty(layout.numel(s)) for s in range(len(self.servers))]
+        self.last_status: List[int] = [APPLIED] * len(self.servers)
+
+    def _exchange(self, kind: int, step: int, payload: Optional[Sequence[torch.Tensor]],
+                  reply: bool, reply_len: Optional[List[int]] = None) -> List[torch.Tensor]:
+        works, keep, hdrs, outs = [], [], [], []
+        g = self.group
+        if reply:
+            for s, rank in enumerate(self.servers):
+                h = torch.zeros(HEADER, dtype=torch.int64)
+                hdrs.append(h)
+                works.append(self.meter.irecv(h, rank, CONTROL, TAG_REPLY_HDR, g))
+                buf = self.pull_bufs[s] if reply_len is None else torch.empty(reply_len[s], dtype=torch.float64)
+                outs.append(buf)
+                cat = self.pull_category if reply_len is None else CONTROL
+                if buf.numel():
+                    works.append(self.meter.irecv(buf, rank, cat, TAG_REPLY_DATA, g))
+        for s, rank in enumerate(self.servers):
+            h = header(kind, self.timestamps[s], step)
+            keep.append(h)
+            works.append(self.meter.isend(h, rank, CONTROL, TAG_HDR, g))
+            if payload is not None and payload[s].numel():
+                works.append(self.meter.isend(payload[s], rank, self.push_category, TAG_DATA, g))
+        for w in works:
+            w.wait()
+        for s, h in enumerate(hdrs):
+            if reply_len is None:
+                self.timestamps[s] = int(h[0])
+            self.last_status[s] = int(h[1])
+        return outs
+
+    def push_pull(self, tensors: Sequence[torch.Tensor], into: Sequence[torch.Tensor], step: int = 0) -> None:
+        """Push this worker's ``tensors`` (one per parameter: gradients, or for EASGD the
+        parameters), receive each server's answer into ``into`` (the model's parameters)."""
+        for s in range(len(self.servers)):
+            self.layout.flatten(tensors, s, self.push_bufs[s])
+        self._exchange(PUSH, step, self.push_bufs, reply=True)
+        for s in range(len(self.servers)):
+            self.layout.unflatten_into(self.pull_bufs[s], into, s)
+
+    def pull(self, into: Sequence[torch.Tensor]) -> None:
+        self._exchange(PULL, 0, None, reply=True)
+        for s in range(len(self.servers)):
+            self.layout.unflatten_into(self.pull_bufs[s], into, s)
+
+    def stats(self, length: int) -> List[torch.Tensor]:
+        """Each server's statistics vector (float64, ``length`` long; see ServerLoop.stats)."""
+        return self._exchange(STATS, 0, None, reply=True, reply_len=[length] * len(self.servers))
+
+    def done(self, into: Optional[Sequence[torch.Tensor]] = None, stats_len: int = 0) -> List[torch.Tensor]:
+        """Tell the servers this worker has finished. With ``into``, wait until every worker has
+        finished and receive the final parameters and each server's final statistics (rank 0
+        does this, to save ``model.pt``)."""
+        if into is None:
+            self._exchange(DONE, 0, None, reply=False)
+            return []
+        works, hdrs, stats = [], [], []
+        for s, rank in enumerate(self.servers):
+            h = torch.zeros(HEADER, dtype=torch.int64)
+            hdrs.append(h)
+            works.append(self.meter.irecv(h, rank, CONTROL, TAG_REPLY_HDR, self.group))
+            if self.pull_bufs[s].numel():
+                works.append(self.meter.irecv(self.pull_bufs[s], rank, FINAL_CATEGORY, TAG_REPLY_DATA, self.group))
+            st = torch.zeros(stats_len, dtype=torch.float64)
+            stats.append(st)
+            works.append(self.meter.irecv(st, rank, CONTROL, TAG_STATS, self.group))
+        keep = [header(FINAL) for _ in self.servers]
+        for s, rank in enumerate(self.servers):
+            works.append(self.meter.isend(keep[s], rank, CONTROL, TAG_HDR, self.group))
+        for w in works:
+            w.wait()
+        for s in range(len(self.servers)):
+            self.timestamps[s] = int(hdrs[s][0])
+            self.layout.unflatten_into(self.pull_bufs[s], into, s)
+        return stats

@@ -1,0 +1,94 @@
+"""The server side: a message loop (:class:`ServerLoop`) around an update rule.
+
+A server rank owns one shard of the parameters (see :mod:`workbench.ps.sharding`) and answers
+workers until every worker has said it is done. The loop only moves bytes; *when* to answer and
+*what* to do with a push is the update rule's business:
+
+- :class:`workbench.ps.rules.GradientRule`: gradients in, optimizer on the server (``trainer=ps``,
+  ``trainer=staleness``: hardsync, n-softsync, async, bounded staleness);
+- ``ElasticRule`` in :mod:`workbench.trainers.easgd`: parameters in, elastic averaging of the centre.
+
+A rule implements ``params`` (the shard, flat), ``timestamp``, ``on_push(worker, ts, payload)``,
+``on_pull(worker)``, ``on_done(worker)`` — each returning the replies to send now as
+``(worker, status, tensor)`` — ``finish()`` and ``stats`` (a :class:`ServerStats`). A worker whose
+reply is withheld is blocked; the rule must release it once it can make progress, and a rule whose
+every worker is waiting must always be able to (the bounded-staleness rule proves it in its tests).
+"""
+from __future__ import annotations
+
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import torch
+
+from workbench.meter import Meter
+from workbench.ps import protocol as P
+from workbench.ps import stats as S
+
+Reply = Tuple[int, int, torch.Tensor]
+
+
+class ServerLoop:
+    def __init__(self, meter: Meter, rule, worker_ranks: Sequence[int], group=None,
+                 push_category: str = "grad_push", pull_category: str = "param_pull",
+                 on_message: Optional[Callable[[int], None]] = None) -> None:
+        self.meter, self.rule, self.group = meter, rule, group
+        self.workers = list(worker_ranks)
+        self.push_category, self.pull_category = push_category, pull_category
+        self.on_message = on_message  # called with the rule's update count (fault injection)
+
+    def _send(self, replies: List[Reply]) -> None:
+        works = []
+        for worker, status, tensor in replies:
+            h = P.header(self.rule.timestamp, status)
+            works.append((h, self.meter.isend(h, worker, P.CONTROL, P.TAG_REPLY_HDR, self.group)))
+            if tensor.numel():
+                works.append((tensor, self.meter.isend(tensor, worker, self.pull_category, P.TAG_REPLY_DATA, self.group)))
+        for _, w in works:
+            w.wait()
+
+    def run(self) -> None:
+        rule, g = self.rule, self.group
+        active = set(self.workers)
+        final: List[int] = []
+        n = rule.params.numel()
+        while active:
+            hdr = torch.zeros(P.HEADER, dtype=torch.int64)
+            sender = self.meter.recv(hdr, None, P.CONTROL, P.TAG_HDR, g)
+            kind, ts = int(hdr[0]), int(hdr[1])
+            if sender not in active:
+                raise RuntimeError(f"server got message kind {kind} from rank {sender}, which is not an active worker")
+            if kind == P.PUSH:
+                buf = torch.empty(n, dtype=rule.params.dtype)
+                if n:
+                    self.meter.recv(buf, sender, self.push_category, P.TAG_DATA, g)
+                rule.stats.mark()
+                replies = rule.on_push(sender, ts, buf)
+            elif kind == P.PULL:
+                replies = rule.on_pull(sender)
+            elif kind == P.STATS:
+                h = P.header(rule.timestamp, P.APPLIED)
+                w1 = self.meter.isend(h, sender, P.CONTROL, P.TAG_REPLY_HDR, g)
+                vec = rule.stats.tensor()
+                w2 = self.meter.isend(vec, sender, P.CONTROL, P.TAG_REPLY_DATA, g)
+                w1.wait(), w2.wait()
+                replies = []
+            elif kind in (P.DONE, P.FINAL):
+                active.discard(sender)
+                if kind == P.FINAL:
+                    final.append(sender)
+                replies = rule.on_done(sender)
+            else:
+                raise RuntimeError(f"unknown message kind {kind} from rank {sender}")
+            self._send(replies)
+            if self.on_message is not None:
+                self.on_message(int(rule.stats.v["updates"]))
+        rule.finish()
+        for w in final:
+            h = P.header(rule.timestamp, P.APPLIED)
+            works = [self.meter.isend(h, w, P.CONTROL, P.TAG_REPLY_HDR, g)]
+            if n:
+                works.append(self.meter.isend(rule.params, w, P.FINAL_CATEGORY, P.TAG_REPLY_DATA, g))
+            vec = rule.stats.tensor()
+            works.append(self.meter.isend(vec, w, P.CONTROL, P.TAG_STATS, g))
+            for wk in works:
+                wk.wait()

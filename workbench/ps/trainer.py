@@ -1,0 +1,180 @@
+"""The role map and loop of every trainer with parameter servers (``ps``, ``staleness``, ``easgd``).
+
+Ranks ``0 .. λ-1`` are workers (rank 0 among them: it writes metrics.jsonl and model.pt), the last
+``trainer.num_servers`` ranks are servers — CPU processes whatever device the workers use, as in
+BytePS. Workers run the shared loop of :class:`~workbench.trainers.base.Trainer`; servers run
+:class:`~workbench.ps.server.ServerLoop` with the rule the concrete trainer builds
+(``make_rule``), until every worker has said it is done.
+
+Evaluation is rank 0's alone, on the whole test set with the weights it last pulled (in the
+synchronous protocols: the servers' weights after that step), so that no evaluation barrier slows
+the asynchronous protocols; at each evaluation rank 0 also fetches the servers' statistics and
+logs them as a ``kind: server`` record (staleness histogram and mean over the interval, updates/s).
+At the end rank 0 waits for every worker, pulls the final weights and saves them as ``model.pt``;
+``summary.json`` gets the final accuracy of those weights and ``ps`` (the servers' totals).
+
+With NCCL workers the protocol runs over a separate gloo group spanning every rank, so gradients
+are staged through host memory to the CPU servers; on CPU the default gloo group is used.
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from workbench import data as data_mod
+from workbench.config import ConfigError
+from workbench.models import build_model
+from workbench.ps import stats as S
+from workbench.ps.protocol import PSClient
+from workbench.ps.server import ServerLoop
+from workbench.ps.sharding import ShardLayout
+from workbench.trainers.base import Trainer, seed_everything
+
+
+class PSTrainer(Trainer):
+    """Base class; a subclass implements ``make_rule(flat_params, total_steps)`` (server side) and
+    ``train_step`` (worker side, using ``self.client``)."""
+
+    push_category = "grad_push"
+    pull_category = "param_pull"
+
+    # -- role map ------------------------------------------------------------------------------------
+    @classmethod
+    def num_servers(cls, cfg) -> int:
+        return int(cfg.trainer.num_servers)
+
+    @classmethod
+    def num_workers(cls, cfg) -> int:
+        return cfg.cluster.nproc * cfg.cluster.nnodes - cls.num_servers(cfg)
+
+    @classmethod
+    def validate(cls, cfg) -> None:
+        world = cfg.cluster.nproc * cfg.cluster.nnodes
+        s = cfg.trainer.num_servers
+        if not 1 <= s < world:
+            raise ConfigError(f"invalid value {s!r} for trainer.num_servers: must be in [1, {world - 1}] "
+                              f"(cluster.nproc x cluster.nnodes = {world} ranks, and at least one must be a worker)")
+
+    def __init__(self, cfg, info, meter, log) -> None:
+        super().__init__(cfg, info, meter, log)
+        self.worker_ranks = list(range(self.workers))
+        self.server_ranks = list(range(self.workers, info.world_size))
+        self.is_worker = self.rank < self.workers
+        self.group = None
+        self.ps_stats: Optional[torch.Tensor] = None
+        self._last_stats: Optional[torch.Tensor] = None
+
+    def run(self) -> dict:
+        if self.info.backend == "nccl":
+            self.group = dist.new_group(backend="gloo")  # collective: every rank creates it
+        if not self.is_worker:
+            return self.serve()
+        summary = super().run()
+        if self.rank == 0 and self.ps_stats is not None:
+            summary["ps"] = S.summarize(self.ps_stats, len(self.server_ranks))
+            summary["ps"]["servers"] = len(self.server_ranks)
+            summary["final_test_accuracy"] = self._final_eval["test_accuracy"]
+            summary["final_test_loss"] = self._final_eval["test_loss"]
+            tot, steps = self.meter.totals(), max(1, summary["steps"])
+            summary["ps"]["bytes_per_worker_step"] = {
+                "push": tot.get(self.push_category, {}).get("sent", 0) / steps,
+                "pull": tot.get(self.pull_category, {}).get("recv", 0) / steps,
+                "control": (tot.get("ps_control", {}).get("sent", 0) + tot.get("ps_control", {}).get("recv", 0)) / steps,
+            }
+        return summary
+
+    # -- server side ---------------------------------------------------------------------------------
+    def make_rule(self, params: torch.Tensor, total_steps: int):
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def serve(self) -> dict:
+        self.load_data()  # the servers need the step count for the learning-rate schedule
+        loader, _ = data_mod.train_loader(self.train_set, self.cfg, 0, self.workers, self.cfg.seed)
+        total = self.total_steps(len(loader))
+        seed_everything(self.cfg.seed)  # the workers' initial weights, built on CPU
+        params = list(build_model(self.cfg, self.spec).parameters())
+        layout = ShardLayout.of(params, len(self.server_ranks))
+        shard = self.rank - self.workers
+        rule = self.make_rule(layout.flatten(params, shard).clone(), total)
+        c = self.cfg.cluster
+        kill = (lambda updates: self._maybe_kill(c.kill_at_step) if updates >= c.kill_at_step else None) \
+            if self.rank == c.kill_rank and c.kill_at_step >= 0 else None
+        self.meter.pop()
+        ServerLoop(self.meter, rule, self.worker_ranks, self.group, self.push_category, self.pull_category,
+                   on_message=kill).run()
+        self.log.comm_step(0, self.meter.pop(), role="server", shard_numel=layout.numel(shard),
+                           server=S.summarize(rule.stats.tensor()))
+        return {"role": "server"}
+
+    # -- worker side ---------------------------------------------------------------------------------
+    def setup(self) -> None:
+        self.model = self.build_model()
+        self.params = list(self.model.parameters())
+        self.layout = ShardLayout.of(self.params, len(self.server_ranks))
+        self.client = PSClient(self.meter, self.layout, self.server_ranks, self.group,
+                               self.push_category, self.pull_category)
+        self.setup_worker()
+
+    def setup_worker(self) -> None:
+        """Anything else a worker needs (e.g. a local optimizer)."""
+
+    def _score(self, model) -> Dict[str, float]:
+        was = model.training
+        model.eval()
+        loss, correct, n = 0.0, 0, 0
+        with torch.no_grad():
+            for x, y in data_mod.test_loader(self.test_set, self.cfg, 0, 1):
+                x, y = x.to(self.device), y.to(self.device)
+                out = model(x)
+                loss += F.cross_entropy(out, y, reduction="sum").item()
+                correct += (out.argmax(1) == y).sum().item()
+                n += len(y)
+        model.train(was)
+        return {"test_loss": loss / max(1, n), "test_accuracy": correct / max(1, n)}
+
+    def evaluate(self) -> Dict[str, float]:
+        if self.rank != 0:
+            return {}
+        result = self._score(self.eval_model())
+        vec = S.combine(self.client.stats(S.LENGTH))
+        self._log_server(vec)
+        return result
+
+    def _log_server(self, vec: torch.Tensor, final: bool = False) -> None:
+        rec = S.summarize(S.interval(vec, self._last_stats), len(self.server_ranks))
+        self._last_stats = vec
+        self.log.log({"kind": "server", "step": self._step_hint(), "final": final, **rec})
+
+    def _step_hint(self) -> int:
+        return int(self.log_step) if hasattr(self, "log_step") else 0
+
+    def train_step(self, x, y):
+        self.log_step = getattr(self, "log_step", 0) + 1
+        return self.worker_step(x, y)
+
+    def worker_step(self, x, y):
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def save_final_model(self) -> None:
+        """Every worker tells the servers it is done; rank 0 waits for all of them, pulls the final
+        weights into its model and saves those."""
+        if self.rank != 0:
+            self.client.done()
+            return
+        vecs = self.client.done(self.final_params(), S.LENGTH)
+        self.meter.pop()
+        self.ps_stats = S.combine(vecs)
+        self.load_final()
+        self._final_eval = self._score(self.eval_model())
+        self._log_server(self.ps_stats, final=True)
+        super().save_final_model()
+
+    def final_params(self):
+        """Where the final weights from the servers go (the model's parameters)."""
+        return self.params
+
+    def load_final(self) -> None:
+        """Hook after the final pull (EASGD loads the centre into its evaluation model)."""

@@ -1,0 +1,155 @@
+"""Compressed synchronous SGD: DDP whose gradient exchange goes through a compressor, bucket by
+bucket, overlapped with the backward pass (workbench/compress/, Agarwal et al. in PAPERS.md §4).
+
+    python -m workbench trainer=compressed compressor=powersgd compressor.rank=4 cluster.nproc=4
+    python -m workbench trainer=compressed compressor=topk compressor.k=0.01 compressor.error_feedback=true
+    python -m workbench trainer=compressed compressor=none      # exactly trainer=sync's parameters
+
+Every train record in metrics.jsonl carries, for rank 0: ``encode_ms``, ``decode_ms``,
+``compress_comm_ms`` (time inside the collectives), ``payload_bytes`` (what this rank put into them),
+``dense_bytes`` (the buckets as float32) and ``compression_ratio``; plus ``forward_ms``,
+``backward_ms`` (wall time of backward, which includes waiting for the last buckets) and
+``optimizer_ms``. ``summary.json`` gets a ``compression`` section: the per-bucket profile averaged
+over the steps after ``trainer.profile_skip`` and, with ``trainer.calibrate_steps > 0``, the
+backward compute time without communication and all-reduce / all-gather timings at a few sizes:
+the inputs of :mod:`workbench.perfmodel.compression`.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import List
+
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from workbench import data as data_mod
+from workbench.compress import build_compressor
+from workbench.compress.hook import CompressionHookState, compression_hook
+from workbench.config import ConfigError, register_trainer_schema
+from workbench.trainers import TRAINERS
+from workbench.trainers.sync import SyncConfig, SyncTrainer
+
+
+@dataclass
+class CompressedConfig(SyncConfig):
+    name: str = "compressed"
+    profile_skip: int = 2  # steps left out of the per-bucket profile (DDP's bucket rebuild, warm-up)
+    calibrate_steps: int = 0  # >0: time this many backward passes without communication, and collectives
+    calibrate_sizes_kb: List[int] = field(default_factory=lambda: [4, 256, 2048])  # collective sizes timed
+
+
+register_trainer_schema("compressed", CompressedConfig)
+
+
+@TRAINERS.register("compressed")
+class CompressedTrainer(SyncTrainer):
+    name = "compressed"
+    uses_compressor = True
+
+    @classmethod
+    def validate(cls, cfg) -> None:
+        super().validate(cfg)
+        t = cfg.trainer
+        if t.profile_skip < 0:
+            raise ConfigError(f"invalid value {t.profile_skip!r} for trainer.profile_skip: must be >= 0")
+        if t.calibrate_steps < 0:
+            raise ConfigError(f"invalid value {t.calibrate_steps!r} for trainer.calibrate_steps: must be >= 0")
+        if any(s <= 0 for s in t.calibrate_sizes_kb):
+            raise ConfigError(f"invalid value {list(t.calibrate_sizes_kb)!r} for trainer.calibrate_sizes_kb: sizes must be > 0")
+
+    def setup(self) -> None:
+        self.model = self.build_model()
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        self.ddp = DDP(self.model, device_ids=ids, bucket_cap_mb=self.cfg.trainer.bucket_cap_mb)
+        self.compressor = build_compressor(self.cfg.compressor, self.rank, self.info.world_size, self.cfg.seed)
+        self.hook_state = CompressionHookState(self.compressor, self.meter, seed=self.cfg.seed)
+        self.ddp.register_comm_hook(self.hook_state, compression_hook)
+        self.optimizer = build_optimizer_for(self)
+        self._steps_done = 0
+        self._times = {}
+        self.calibration = self.calibrate() if self.cfg.trainer.calibrate_steps > 0 else None
+
+    def train_step(self, x, y):
+        t0 = time.perf_counter()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.loss_fn(self.ddp(x), y)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        self.optimizer.step()
+        t3 = time.perf_counter()
+        self._times = {"forward_ms": 1e3 * (t1 - t0), "backward_ms": 1e3 * (t2 - t1), "optimizer_ms": 1e3 * (t3 - t2)}
+        return loss.detach()
+
+    def step_metrics(self):
+        self._steps_done += 1
+        if self._steps_done == self.cfg.trainer.profile_skip:
+            self.hook_state.reset_profile()
+        return {**self.hook_state.pop_stats(), **self._times}
+
+    # -- calibration of the performance model --------------------------------------------------------
+    def calibrate(self) -> dict:
+        """Backward compute time with no communication (DDP's ``no_sync``) on a real batch, and the
+        time of all-reduce / all-gather at a few sizes. Model and optimizer state are restored."""
+        t = self.cfg.trainer
+        loader, _ = data_mod.train_loader(self.train_set, self.cfg, self.worker_index, self.workers, self.cfg.seed)
+        x, y = next(iter(loader))
+        x, y = x.to(self.device), y.to(self.device)
+        saved = copy.deepcopy(self.model.state_dict())
+        fwd, bwd = [], []
+        with self.ddp.no_sync():
+            for i in range(t.calibrate_steps + 1):  # the first pass warms up allocators and is dropped
+                self.model.zero_grad(set_to_none=True)
+                t0 = time.perf_counter()
+                loss = self.loss_fn(self.ddp(x), y)
+                t1 = time.perf_counter()
+                loss.backward()
+                t2 = time.perf_counter()
+                if i:
+                    fwd.append(t1 - t0)
+                    bwd.append(t2 - t1)
+        self.model.zero_grad(set_to_none=True)
+        self.model.load_state_dict(saved)
+        colls = []
+        for kb in t.calibrate_sizes_kb:
+            buf = torch.zeros(kb * 256, device=self.device if self.info.backend == "nccl" else "cpu")
+            for coll in ("allreduce", "allgather"):
+                times = []
+                for i in range(4):
+                    t0 = time.perf_counter()
+                    if coll == "allreduce":
+                        self.meter.all_reduce(buf, "calibration")
+                    else:
+                        self.meter.all_gather_varlen(buf, "calibration")
+                    if i:
+                        times.append(time.perf_counter() - t0)
+                colls.append({"collective": coll, "bytes": kb * 1024, "seconds": sorted(times)[len(times) // 2]})
+        med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
+        return {"forward_s": med(fwd), "backward_compute_s": med(bwd), "collectives": colls}
+
+    def run(self) -> dict:
+        try:
+            summary = super().run()
+        finally:
+            if hasattr(self, "hook_state"):
+                self.hook_state.close()
+        summary["compression"] = {
+            "compressor": dict(self.cfg.compressor), "world": self.info.world_size,
+            "collective": self.compressor.collective, "buckets": self.hook_state.bucket_profile(),
+            "profile_skip": self.cfg.trainer.profile_skip, "calibration": self.calibration,
+        }
+        return summary
+
+    def compressor_state_dict(self) -> dict:
+        """The compressor's checkpoint: residuals, PowerSGD's P/Q and RNG, step counter."""
+        return self.hook_state.state_dict()
+
+    def load_compressor_state_dict(self, state: dict) -> None:
+        self.hook_state.load_state_dict(state)
+
+
+def build_optimizer_for(trainer):
+    from workbench.trainers.base import build_optimizer
+    return build_optimizer(trainer.ddp.parameters(), trainer.cfg.optim)

@@ -1,0 +1,83 @@
+"""Parameter server: workers push gradients, CPU servers run the optimizer and send weights back.
+
+The last ``trainer.num_servers`` ranks are servers, each holding whole parameter tensors balanced
+by size (:mod:`workbench.ps.sharding`); the others are workers that compute gradients on their shard
+of the data. Every byte goes through the meter: ``grad_push`` (gradients up), ``param_pull``
+(weights down), ``ps_control`` (32-byte headers carrying the servers' clocks), so a worker moves
+exactly 2 x model bytes per step, against 2(N-1)/N x model bytes for a ring all-reduce.
+
+- ``trainer.mode=sync`` (BSP): each server averages one gradient from every worker, then updates;
+  the same parameters as ``trainer=sync`` and single-process SGD on the global batch.
+- ``trainer.mode=async`` (Downpour): each gradient is applied as it arrives; the worker gets the
+  weights back at once and goes on.
+
+For bounded staleness, n-softsync and learning-rate modulation see ``trainer=staleness``.
+
+    python -m workbench trainer=ps cluster.nproc=4                       # 3 workers, 1 server
+    python -m workbench trainer=ps trainer.mode=async trainer.num_servers=2 cluster.nproc=4
+    python -m workbench trainer=ps trainer.mode=async cluster.straggler_ranks=[1] cluster.straggler_delay_s=0.05
+    # GPU workers, CPU servers (servers ignore the device; the protocol uses a gloo group):
+    python -m workbench trainer=ps cluster=local_gpu cluster.nproc=5 trainer.num_servers=1
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from workbench.config import ConfigError, TrainerConfig, register_trainer_schema
+from workbench.ps.rules import GradientRule
+from workbench.ps.trainer import PSTrainer
+from workbench.trainers import TRAINERS
+from workbench.trainers.base import build_optimizer, lr_at
+
+
+@dataclass
+class PSConfig(TrainerConfig):
+    name: str = "ps"
+    num_servers: int = 1  # server ranks (the last ones); the rest are workers
+    mode: str = "sync"  # sync: average one gradient per worker, then update | async: apply each on arrival
+
+
+register_trainer_schema("ps", PSConfig)
+
+
+class GradientPSTrainer(PSTrainer):
+    """Workers push gradients, servers apply them with a :class:`GradientRule`."""
+
+    def rule_options(self) -> dict:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def make_rule(self, params: torch.Tensor, total_steps: int) -> GradientRule:
+        optim = self.cfg.optim
+        return GradientRule(params, self.worker_ranks, **self.rule_options(),
+                            make_optimizer=lambda ps: build_optimizer(ps, optim),
+                            lr_fn=lambda step: lr_at(optim, step, total_steps, self.global_batch))
+
+    def set_lr(self, lr: float) -> None:
+        self.lr = lr  # the servers run the schedule; workers have no optimizer
+
+    def worker_step(self, x, y):
+        for p in self.params:
+            p.grad = None
+        loss = self.loss_fn(self.model(x), y)
+        loss.backward()
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        self.client.push_pull(grads, self.params)
+        return loss.detach()
+
+
+@TRAINERS.register("ps")
+class ParameterServerTrainer(GradientPSTrainer):
+    name = "ps"
+
+    @classmethod
+    def validate(cls, cfg) -> None:
+        super().validate(cfg)
+        if cfg.trainer.mode not in ("sync", "async"):
+            raise ConfigError(f"invalid value {cfg.trainer.mode!r} for trainer.mode: choose from sync, async")
+
+    def rule_options(self) -> dict:
+        if self.cfg.trainer.mode == "sync":
+            return {"hardsync": True}
+        return {"hardsync": False, "c": 1}

@@ -1,0 +1,76 @@
+"""Bounded-staleness asynchronous SGD on the parameter server: Rudra's protocols (PAPERS.md §1).
+
+Workers and servers as in ``trainer=ps``; what changes is when a server updates and how it weighs
+a gradient by its staleness τ (server clock at apply time minus the clock of the weights the
+gradient was computed on; every push carries that clock):
+
+- ``protocol=hardsync``: one gradient from every worker, then update (τ = 0; SGD on the global batch).
+- ``protocol=softsync`` with ``n`` (1..λ): update after c = ⌊λ/n⌋ gradients from any workers,
+  averaging them; n = λ is fully asynchronous. Observed ⟨τ⟩ ≈ n.
+- ``lr_modulation``: ``none`` | ``per_gradient`` (α₀/τ, α₀ at τ = 0) | ``mean`` (α₀/⟨τ⟩ of the update).
+- ``max_staleness`` s (null: unbounded) with ``on_stale``: ``block`` (SSP: the server holds its
+  clock and keeps fast workers waiting until the slow gradient is in) or ``drop`` (discard a
+  gradient older than s). Applied gradients never exceed s: the server asserts it.
+
+``metrics.jsonl`` gets a ``kind: server`` record at every evaluation (staleness histogram, mean,
+update sizes, updates/s, drops); ``summary.json`` the totals under ``ps``. Slow workers on purpose:
+``cluster.straggler_ranks``, ``cluster.straggler_delay_s``, ``cluster.straggler_factor``.
+
+    python -m workbench trainer=staleness trainer.n=3 cluster.nproc=4          # 3-softsync, λ=3
+    python -m workbench trainer=staleness trainer.n=3 trainer.lr_modulation=per_gradient
+    python -m workbench trainer=staleness trainer.protocol=hardsync
+    python -m workbench trainer=staleness trainer.n=3 trainer.max_staleness=2 \\
+        cluster.straggler_ranks=[2] cluster.straggler_delay_s=0.05
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from workbench.config import ConfigError
+from workbench.ps.rules import MODULATIONS, ON_STALE
+from workbench.config import register_trainer_schema
+from workbench.trainers import TRAINERS
+from workbench.trainers.ps import GradientPSTrainer, PSConfig
+
+
+@dataclass
+class StalenessConfig(PSConfig):
+    name: str = "staleness"
+    mode: str = "async"  # unused here (trainer=ps's switch); the protocol below decides
+    protocol: str = "softsync"  # hardsync | softsync
+    n: int = 1  # softsync: the server updates after c = floor(lambda / n) gradients (n = lambda: async)
+    lr_modulation: str = "none"  # none | per_gradient (lr/tau) | mean (lr/<tau> of the update)
+    max_staleness: Optional[int] = None  # enforced bound s on tau (null: unbounded)
+    on_stale: str = "block"  # block: fast workers wait (SSP) | drop: discard gradients older than s
+
+
+register_trainer_schema("staleness", StalenessConfig)
+
+
+@TRAINERS.register("staleness")
+class StalenessTrainer(GradientPSTrainer):
+    name = "staleness"
+
+    @classmethod
+    def validate(cls, cfg) -> None:
+        super().validate(cfg)
+        t = cfg.trainer
+        lam = cls.num_workers(cfg)
+        if t.protocol not in ("hardsync", "softsync"):
+            raise ConfigError(f"invalid value {t.protocol!r} for trainer.protocol: choose from hardsync, softsync")
+        if not 1 <= t.n <= lam:
+            raise ConfigError(f"invalid value {t.n!r} for trainer.n: must be in [1, {lam}] (the number of workers, lambda)")
+        if t.lr_modulation not in MODULATIONS:
+            raise ConfigError(f"invalid value {t.lr_modulation!r} for trainer.lr_modulation: choose from {', '.join(MODULATIONS)}")
+        if t.max_staleness is not None and t.max_staleness < 0:
+            raise ConfigError(f"invalid value {t.max_staleness!r} for trainer.max_staleness: must be >= 0, or null for unbounded")
+        if t.on_stale not in ON_STALE:
+            raise ConfigError(f"invalid value {t.on_stale!r} for trainer.on_stale: choose from {', '.join(ON_STALE)}")
+
+    def rule_options(self) -> dict:
+        t = self.cfg.trainer
+        if t.protocol == "hardsync":
+            return {"hardsync": True}
+        return {"hardsync": False, "c": self.workers // t.n, "max_staleness": t.max_staleness,
+                "on_stale": t.on_stale, "lr_modulation": t.lr_modulation}

@@ -1,0 +1,480 @@
+"""Stanza layer separation (Wu, Xu et al., arXiv 1812.10624; PAPERS.md §2): of N ranks, n_c CONV
+workers train only the model's ``features`` on their data shards and n_f FC workers train only its
+``classifier``; FC parameters and gradients never cross the cluster, only boundary activations and
+their gradients do.
+
+    python -m workbench trainer=stanza cluster.nproc=4                          # 3 CONV + 1 FC, small CNN, digits
+    python -m workbench trainer=stanza trainer.fc_workers=2 cluster.nproc=4     # 2 CONV + 2 FC
+    python -m workbench trainer=stanza trainer.fc_workers=auto model=vgg16 data=synthetic \\
+        trainer.max_steps=20 cluster.nproc=4                                    # profile, then pick n_f
+
+(The issue's ``stanza.fc_workers`` is ``trainer.fc_workers``: every trainer's options live under
+``trainer.``.)
+
+Roles: ranks 0..n_c-1 are CONV workers (rank 0 logs and saves ``model.pt``), ranks n_c..N-1 FC
+workers; CONV worker c sends to FC worker n_c + (c mod n_f). One BSP step:
+
+1. CONV worker: forward of ``features`` on its batch; activations (category ``activations``) and
+   labels (``labels``) to its FC worker.
+2. FC worker, for each of its CONV workers in turn: forward and backward of ``classifier`` on that
+   piece, and the piece's activation gradients straight back (``activation_grads``, plus the piece's
+   loss for the log, ``loss``). Overlap: all receives are posted at once, so piece i+1 arrives while
+   piece i is computed, and piece i's gradients travel while piece i+1 is computed.
+3. FC worker, after the last piece has gone back: FC gradients summed over the FC workers
+   (``allreduce_fc``, a ring all-reduce of the FC group), update. Overlap: this runs while the CONV
+   workers do their backward pass.
+4. CONV worker: backward of ``features`` from the received gradients; DDP on the CONV group sums the
+   conv gradients bucket by bucket while the backward is still running (``allreduce_conv``); update.
+
+The loss is scaled by the global batch on the FC side and gradients are *summed* on both sides, so
+after k steps the parameters equal single-process SGD on the global batch (tests/test_stanza.py).
+
+``trainer.fc_workers=auto`` profiles every rank for ``trainer.profile_steps`` iterations (conv and
+FC compute per sample, optimizer time, point-to-point latency and bandwidth, all-reduce bandwidth),
+feeds :mod:`workbench.perfmodel.stanza`, picks the n_f with the highest predicted throughput, logs
+the prediction (metrics.jsonl record ``kind: stanza_allocation``, and the rank logs) and reports
+predicted next to measured throughput in ``summary.json`` under ``stanza``.
+``trainer.profile=true`` does the same for a fixed n_f (the allocation sweep in docs/benchmarks).
+
+For evaluation and ``model.pt`` the FC part is broadcast once from the first FC worker
+(category ``eval_sync``): evaluation traffic, not training traffic.
+"""
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import Dataset
+
+from workbench import data as data_mod
+from workbench.config import ConfigError, TrainerConfig, register_trainer_schema
+from workbench.meter import AllreduceHookState
+from workbench.models import MODELS, SplitModel
+from workbench.perfmodel import stanza as pm
+from workbench.trainers import TRAINERS
+from workbench.trainers.base import Trainer, build_optimizer
+
+
+@dataclass
+class StanzaConfig(TrainerConfig):
+    name: str = "stanza"
+    fc_workers: Any = 1  # FC workers n_f: an integer in [1, N-1] (N = cluster.nproc * cluster.nnodes), or auto
+    profile: bool = False  # profile and log the model's prediction for a fixed fc_workers too (auto always does)
+    profile_steps: int = 3  # timed iterations of each profiled quantity (after one warm-up)
+    bucket_cap_mb: float = 25.0  # bucket size of the CONV group's DDP all-reduce and of the FC all-reduce
+
+
+register_trainer_schema("stanza", StanzaConfig)
+
+TAG_ACT, TAG_LABELS, TAG_GRAD, TAG_LOSS = 11, 12, 13, 14
+
+
+def nodes(cfg) -> int:
+    return cfg.cluster.nproc * cfg.cluster.nnodes
+
+
+def _auto(value) -> bool:
+    return isinstance(value, str) and value.strip().lower() == "auto"
+
+
+def fixed_fc_workers(cfg) -> Optional[int]:
+    """``trainer.fc_workers`` as an int, None for auto; ConfigError (one line) for anything else."""
+    n, v = nodes(cfg), cfg.trainer.fc_workers
+    if _auto(v):
+        return None
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= n - 1:
+        valid = f"an integer in [1, {n - 1}] (fewer than the {n} ranks of cluster.nproc * cluster.nnodes) or auto" \
+            if n >= 2 else f"Stanza needs at least 2 ranks (one CONV, one FC), cluster.nproc * cluster.nnodes is {n}"
+        raise ConfigError(f"invalid value {v!r} for trainer.fc_workers: {valid}")
+    return v
+
+
+def conv_candidates(cfg) -> List[int]:
+    """The n_c an auto run may choose: those that divide data.global_batch_size, when it is set."""
+    n, g = nodes(cfg), cfg.data.global_batch_size
+    return [c for c in range(1, n) if g is None or g % c == 0]
+
+
+def metered_sum_hook(state, bucket):  # no annotations: DDP checks them, and this module defers them
+    """DDP hook: *sum* (not average) a bucket over the CONV group. The FC side already divides the
+    loss by the global batch, so the sum is the global-batch gradient."""
+    return state.meter.all_reduce_async(bucket.buffer(), state.category, group=state.group).then(lambda f: f.value()[0])
+
+
+class _IndexOnly(Dataset):
+    """What an FC worker iterates: the training set's length, so that it runs exactly as many steps
+    per epoch as the CONV workers, and no data (its inputs come from the CONV workers)."""
+
+    _empty = torch.empty(0)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        return self._empty, 0
+
+
+def boundary_floats(model: SplitModel, spec, device) -> int:
+    with torch.no_grad():
+        was = model.training
+        model.eval()
+        out = model.features(torch.zeros(1, spec.channels, spec.image_size, spec.image_size, device=device))
+        model.train(was)
+    return int(out[0].numel())
+
+
+# ---------------------------------------------------------------------------------------------
+# Profiling: the measured inputs of the performance model, on the real cluster
+
+def _median_time(fn, steps: int, device) -> float:
+    times = []
+    for i in range(steps + 1):  # the first call warms up allocators and kernels
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if i:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def profile(model: SplitModel, spec, b: int, a: int, meter, device, comm_device, steps: int, optim_cfg) -> pm.StanzaInputs:
+    """Measure :class:`~workbench.perfmodel.stanza.StanzaInputs` with every rank taking part.
+
+    Compute times are measured on every rank at once (so they include the contention of a shared
+    machine) and averaged; latency and bandwidth by a ping-pong between rank 0 and the last rank at
+    the activation size of one CONV worker; all-reduce bandwidth on all ranks. The model's weights,
+    buffers and the RNG are restored afterwards, so a profiled run trains exactly like an unprofiled
+    one. All traffic is metered as ``profile``."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    saved = copy.deepcopy(model.state_dict())
+    rng = torch.random.get_rng_state()
+    x = torch.randn(b, spec.channels, spec.image_size, spec.image_size, device=device)
+    y = torch.randint(0, spec.num_classes, (b,), device=device)
+
+    def conv():
+        h = model.features(x)
+        h.backward(torch.ones_like(h))
+
+    def fc():
+        h = torch.randn(b, a, device=device, requires_grad=True)
+        F.cross_entropy(model.classifier(h), y).backward()
+
+    t_c = _median_time(conv, steps, device) / b
+    t_f = _median_time(fc, steps, device) / b
+    params = [p for p in model.parameters()]
+    opt = build_optimizer(params, optim_cfg)
+    u = _median_time(opt.step, steps, device) / sum(p.numel() for p in params)
+    model.zero_grad(set_to_none=True)
+    model.load_state_dict(saved)
+    torch.random.set_rng_state(rng)
+    del opt, saved
+
+    peer = world - 1
+    meter.barrier("profile")
+
+    def ping_pong(t: torch.Tensor) -> float:
+        rtts = []
+        for i in range(steps + 1):
+            t0 = time.perf_counter()
+            if rank == 0:
+                meter.send(t, peer, "profile")
+                meter.recv(t, peer, "profile")
+            elif rank == peer:
+                meter.recv(t, 0, "profile")
+                meter.send(t, 0, "profile")
+            if i:
+                rtts.append(time.perf_counter() - t0)
+        return statistics.median(rtts)
+
+    alpha = ping_pong(torch.zeros(1, device=comm_device)) / 2
+    big = torch.zeros(a * b, device=comm_device)
+    rtt = ping_pong(big)
+    beta = 2 * big.numel() * 4 / max(rtt - 2 * alpha, 1e-9)
+    meter.barrier("profile")
+    # All-reduce at the size of the conv part (capped: enough to see the bandwidth, not a memory test).
+    n_ar = min(sum(p.numel() for p in model.features.parameters()), 1 << 22)
+    buf = torch.zeros(max(n_ar, 1024), device=comm_device)
+    t_ar = _median_time(lambda: meter.all_reduce(buf, "profile"), steps, torch.device("cpu"))
+    beta_ar = 2 * (world - 1) / world * buf.numel() * 4 / max(t_ar - 2 * (world - 1) * alpha, 1e-9)
+
+    own = torch.tensor([t_c, t_f, u, alpha if rank == 0 else 0.0, beta if rank == 0 else 0.0, beta_ar],
+                       dtype=torch.float64, device=comm_device)
+    meter.all_reduce(own, "profile")
+    v = own.cpu().tolist()
+    counts = model.param_counts()
+    return pm.StanzaInputs(t_c=v[0] / world, t_f=v[1] / world, a=a, p_c=counts["features"], p_f=counts["classifier"],
+                           b=b, beta=v[4], alpha=v[3], beta_allreduce=v[5] / world, u=v[2] / world)
+
+
+# ---------------------------------------------------------------------------------------------
+
+@TRAINERS.register("stanza")
+class StanzaTrainer(Trainer):
+    name = "stanza"
+
+    # -- validation before launch -----------------------------------------------------------------
+    @classmethod
+    def num_workers(cls, cfg) -> int:
+        n_f = fixed_fc_workers(cfg)
+        if n_f is not None:
+            return nodes(cfg) - n_f
+        cands = conv_candidates(cfg)
+        return max(cands) if cands else 1  # provisional for auto: setup() decides after profiling
+
+    @classmethod
+    def validate(cls, cfg) -> None:
+        t = cfg.trainer
+        if t.bucket_cap_mb <= 0:
+            raise ConfigError(f"invalid value {t.bucket_cap_mb!r} for trainer.bucket_cap_mb: must be > 0")
+        if t.profile_steps < 1:
+            raise ConfigError(f"invalid value {t.profile_steps!r} for trainer.profile_steps: must be >= 1")
+        n_f = fixed_fc_workers(cfg)
+        _check_split(cfg)
+        n_train = len(data_mod.DATASETS[cfg.data.name].load(cfg.data)[0])
+        g = cfg.data.global_batch_size
+        if n_f is not None:
+            n_c = nodes(cfg) - n_f
+            if g is None and cfg.data.batch_size * n_c > n_train:
+                raise ConfigError(f"invalid value {cfg.data.batch_size} for data.batch_size: {n_c} CONV workers x "
+                                  f"{cfg.data.batch_size} exceeds the {n_train} training samples")
+            if g is not None and g > n_train:
+                raise ConfigError(f"invalid value {g} for data.global_batch_size: exceeds the {n_train} training samples")
+        else:
+            fits = [c for c in conv_candidates(cfg) if (g if g is not None else cfg.data.batch_size * c) <= n_train]
+            if not fits:
+                what = f"data.global_batch_size {g}" if g is not None else f"data.batch_size {cfg.data.batch_size}"
+                raise ConfigError(f"invalid value for trainer.fc_workers=auto: no allocation of {nodes(cfg)} ranks "
+                                  f"fits {what} into the {n_train} training samples (with a global batch, n_c must divide it)")
+
+    # -- set-up -------------------------------------------------------------------------------------
+    def setup(self) -> None:
+        cfg = self.cfg
+        self.model = self.build_model()
+        self.comm_device = self.device if self.info.backend == "nccl" else torch.device("cpu")
+        self.n = self.info.world_size
+        self.a = boundary_floats(self.model, self.spec, self.device)
+        n_f = fixed_fc_workers(cfg)
+        self.inputs: Optional[pm.StanzaInputs] = None
+        self.predictions: Dict[int, float] = {}
+        if n_f is None or cfg.trainer.profile:
+            n_f = self._profile_and_choose(n_f)
+        self._assign_roles(n_f)
+        self._steps_done, self._synced_at = 0, -1
+        self._last_entry: Optional[float] = None
+        self._periods: List[float] = []
+
+    def _profile_and_choose(self, fixed: Optional[int]) -> int:
+        cfg = self.cfg
+        g = cfg.data.global_batch_size
+        cands = conv_candidates(cfg)
+        b = g // max(cands) if g is not None else cfg.data.batch_size
+        t0 = time.perf_counter()
+        x = profile(self.model, self.spec, b, self.a, self.meter, self.device, self.comm_device,
+                    cfg.trainer.profile_steps, cfg.optim)
+        self.profile_s = time.perf_counter() - t0
+        self.inputs = x
+        best, self.predictions = pm.choose_allocation(x, self.n, global_batch=g, max_batch=len(self.train_set))
+        n_f = best if fixed is None else fixed
+        self.paper_predictions = pm.choose_allocation(x, self.n, global_batch=g, max_batch=len(self.train_set),
+                                                      model=pm.paper_throughput)[1]
+        n_c = self.n - n_f
+        xb = x.with_batch(g // n_c) if g is not None else x
+        self.baselines = {"dp_samples_per_s": pm.dp_throughput(xb, self.n),
+                          "ps_samples_per_s": pm.ps_throughput(xb, self.n - 1, 1)}
+        record = {"kind": "stanza_allocation", "step": 0, "auto": fixed is None, "fc_workers": n_f,
+                  "conv_workers": n_c, "best_fc_workers": best, "profile_s": self.profile_s,
+                  "inputs": x.as_dict(), "predicted_samples_per_s": self.predictions,
+                  "paper_predicted_samples_per_s": self.paper_predictions, **self.baselines}
+        self.log.log(record)
+        if self.rank == 0:
+            preds = ", ".join(f"n_f={k}: {v:.1f}" for k, v in sorted(self.predictions.items()))
+            print(f"stanza: profiled in {self.profile_s:.1f}s: {x.as_dict()}\nstanza: predicted samples/s {preds}; "
+                  f"{'chose' if fixed is None else 'fixed'} fc_workers={n_f} (model's best: {best})", flush=True)
+        return n_f
+
+    def _assign_roles(self, n_f: int) -> None:
+        cfg, n = self.cfg, self.n
+        self.n_f, self.n_c = n_f, n - n_f
+        self.conv_ranks, self.fc_ranks = list(range(self.n_c)), list(range(self.n_c, n))
+        # Every rank creates every group, in the same order (torch.distributed's rule).
+        self.conv_group = dist.new_group(self.conv_ranks)
+        self.fc_group = dist.new_group(self.fc_ranks)
+        self.is_conv = self.rank < self.n_c
+        self.workers = self.n_c
+        self.batch_size = data_mod.batch_size_per_worker(cfg, self.n_c)
+        self.global_batch = self.batch_size * self.n_c
+        b, a, cd = self.batch_size, self.a, self.comm_device
+        if self.is_conv:
+            self.worker_index, self.is_worker = self.rank, True
+            self.fc_peer = self.n_c + self.rank % n_f
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            # No buffer broadcast: it would bypass the meter; BN statistics are synchronised for
+            # evaluation instead (_sync_for_eval).
+            self.ddp = DDP(self.model.features, device_ids=ids, process_group=self.conv_group,
+                           bucket_cap_mb=cfg.trainer.bucket_cap_mb, broadcast_buffers=False)
+            self.ddp.register_comm_hook(AllreduceHookState(self.meter, self.conv_group, "allreduce_conv"), metered_sum_hook)
+            self.optimizer = build_optimizer(self.model.features.parameters(), cfg.optim)
+            self.grad_buf = torch.empty(b, a, device=cd)
+            self.loss_buf = torch.zeros(1, device=cd)
+        else:
+            self.worker_index, self.is_worker = 0, False
+            self.pieces = [c for c in self.conv_ranks if self.n_c + c % n_f == self.rank]
+            self.optimizer = build_optimizer(self.model.classifier.parameters(), cfg.optim)
+            self.act_bufs = [torch.empty(b, a, device=cd) for _ in self.pieces]
+            self.label_bufs = [torch.empty(b, dtype=torch.int64, device=cd) for _ in self.pieces]
+            self.train_set = _IndexOnly(len(self.train_set))
+            cap = int(cfg.trainer.bucket_cap_mb * 2**20)
+            self.fc_buckets: List[List[torch.nn.Parameter]] = [[]]
+            size = 0
+            for p in self.model.classifier.parameters():
+                if self.fc_buckets[-1] and size + p.numel() * p.element_size() > cap:
+                    self.fc_buckets.append([])
+                    size = 0
+                self.fc_buckets[-1].append(p)
+                size += p.numel() * p.element_size()
+
+    # -- one step -----------------------------------------------------------------------------------
+    def train_step(self, x, y):
+        now = time.perf_counter()
+        if self._last_entry is not None:
+            self._periods.append(now - self._last_entry)
+        self._last_entry = now
+        self._steps_done += 1
+        return self._conv_step(x, y) if self.is_conv else self._fc_step()
+
+    def _conv_step(self, x, y):
+        self.optimizer.zero_grad(set_to_none=True)
+        h = self.ddp(x)
+        act = h.detach().to(self.comm_device).contiguous()
+        sends = [self.meter.isend(act, self.fc_peer, "activations", TAG_ACT),
+                 self.meter.isend(y.to(self.comm_device).contiguous(), self.fc_peer, "labels", TAG_LABELS)]
+        grad = self.meter.irecv(self.grad_buf, self.fc_peer, "activation_grads", TAG_GRAD)
+        loss = self.meter.irecv(self.loss_buf, self.fc_peer, "loss", TAG_LOSS)
+        grad.wait()
+        loss.wait()  # sent right after the gradients: waiting here keeps the meter's times honest
+        for s in sends:
+            s.wait()
+        h.backward(self.grad_buf.to(self.device).view_as(h))
+        self.optimizer.step()
+        return self.loss_buf[0].clone()
+
+    def _fc_step(self):
+        self.optimizer.zero_grad(set_to_none=True)
+        b = self.batch_size
+        recvs = [(self.meter.irecv(act, c, "activations", TAG_ACT), self.meter.irecv(lab, c, "labels", TAG_LABELS))
+                 for c, act, lab in zip(self.pieces, self.act_bufs, self.label_bufs)]
+        sends, losses = [], []
+        for (r_act, r_lab), c, act, lab in zip(recvs, self.pieces, self.act_bufs, self.label_bufs):
+            r_act.wait()
+            r_lab.wait()
+            h = act.to(self.device).detach().requires_grad_()
+            ce = F.cross_entropy(self.model.classifier(h), lab.to(self.device), reduction="sum")
+            (ce / self.global_batch).backward()  # this piece's share of the global-batch mean loss
+            sends.append(self.meter.isend(h.grad.to(self.comm_device).contiguous(), c, "activation_grads", TAG_GRAD))
+            piece_loss = (ce.detach() / b).reshape(1).to(self.comm_device)
+            losses.append(piece_loss)
+            sends.append(self.meter.isend(piece_loss, c, "loss", TAG_LOSS))
+        for s in sends:
+            s.wait()
+        self._allreduce_fc()
+        self.optimizer.step()
+        return torch.cat(losses).mean() if losses else None
+
+    def _allreduce_fc(self) -> None:
+        """Sum the FC gradients over the FC workers (one FC worker: nothing to do)."""
+        if self.n_f == 1:
+            return
+        for bucket in self.fc_buckets:
+            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in bucket]
+            flat = _flatten_dense_tensors(grads).to(self.comm_device)
+            self.meter.all_reduce(flat, "allreduce_fc", group=self.fc_group)
+            for p, g in zip(bucket, _unflatten_dense_tensors(flat.to(self.device), grads)):
+                p.grad = g
+
+    # -- evaluation and the final model ---------------------------------------------------------------
+    def _sync_for_eval(self) -> None:
+        """Give every rank the current FC part (from the first FC worker) and the CONV workers rank
+        0's buffers, once per step count (evaluation and model.pt both need the whole model)."""
+        if self._synced_at == self._steps_done:
+            return
+        clf = [t for t in list(self.model.classifier.parameters()) + list(self.model.classifier.buffers())
+               if t.is_floating_point()]
+        if clf:
+            flat = _flatten_dense_tensors([t.detach() for t in clf]).to(self.comm_device)
+            self.meter.broadcast(flat, self.fc_ranks[0], "eval_sync")
+            with torch.no_grad():
+                for t, v in zip(clf, _unflatten_dense_tensors(flat.to(self.device), clf)):
+                    t.copy_(v)
+        bufs = [t for t in self.model.features.buffers() if t.is_floating_point()]
+        if bufs and self.is_conv and self.n_c > 1:
+            flat = _flatten_dense_tensors(bufs).to(self.comm_device)
+            self.meter.broadcast(flat, 0, "eval_sync", group=self.conv_group)
+            for t, v in zip(bufs, _unflatten_dense_tensors(flat.to(self.device), bufs)):
+                t.copy_(v)
+        self._synced_at = self._steps_done
+
+    def evaluate(self) -> Dict[str, float]:
+        self._sync_for_eval()
+        out = super().evaluate()
+        self._last_entry = None  # the next step period would include the evaluation
+        return out
+
+    def save_final_model(self) -> None:
+        self._sync_for_eval()
+        super().save_final_model()
+
+    def run(self) -> dict:
+        summary = super().run()
+        periods = self._periods[1:] if len(self._periods) > 1 else self._periods  # drop the warm-up step
+        steady = self.global_batch / statistics.median(periods) if periods else None
+        info: Dict[str, Any] = {
+            "fc_workers": self.n_f, "conv_workers": self.n_c, "fc_ranks": self.fc_ranks,
+            "assignment": {str(c): self.n_c + c % self.n_f for c in self.conv_ranks},
+            "boundary_floats": self.a, "params": self.model.param_counts(),
+            "measured_samples_per_s": summary.get("samples_per_s"),
+            "measured_steady_samples_per_s": steady,
+        }
+        if self.inputs is not None:
+            pred = self.predictions.get(self.n_f)
+            info.update({"auto": fixed_fc_workers(self.cfg) is None, "profile_s": self.profile_s,
+                         "inputs": self.inputs.as_dict(),
+                         "predicted_samples_per_s": pred,
+                         "predicted_by_fc_workers": {str(k): v for k, v in self.predictions.items()},
+                         "paper_predicted_by_fc_workers": {str(k): v for k, v in self.paper_predictions.items()},
+                         "prediction_error": (steady / pred - 1) if (pred and steady) else None,
+                         **self.baselines})
+        summary["stanza"] = info
+        return summary
+
+
+def _check_split(cfg) -> None:
+    """The model must have parameters on both sides of its conv/FC boundary (built on the meta device:
+    no memory, no time)."""
+    from workbench.data import DATASETS
+    spec = DATASETS[cfg.data.name].spec(cfg.data)
+    with torch.device("meta"):
+        model = MODELS[cfg.model.name].build(spec, cfg.model)
+    if not isinstance(model, SplitModel):
+        raise ConfigError(f"invalid value {cfg.model.name!r} for model.name: trainer=stanza needs a SplitModel "
+                          "(features + classifier); this model has no conv/FC split")
+    counts = model.param_counts()
+    if counts["features"] == 0 or counts["classifier"] == 0:
+        side = "conv (features)" if counts["features"] == 0 else "FC (classifier)"
+        raise ConfigError(f"invalid value {cfg.model.name!r} for model.name: trainer=stanza needs parameters on both "
+                          f"sides of the split; its {side} part has none")

@@ -1,0 +1,132 @@
+"""ipywidgets explorers over the dashboard figures (:mod:`workbench.dashboards`).
+
+    from workbench import dashboards as db, widgets as wb
+    runs, metrics = db.load("experiments/runs/**")
+    wb.RunExplorer(runs, metrics)              # pick a panel, filter paradigms, move the accuracy target
+    wb.WhatIfExplorer(db.profile_model(cfg))   # sliders: bandwidth, ranks, compute speed, compression
+
+Each explorer is displayable (the last expression of a cell) and keeps the figure it drew last in
+``.figure``, so a test (or a notebook cell) can read what is on screen. Figures are redrawn into an
+``ipywidgets.Output`` (plotly's FigureWidget needs the anywidget package, which the project does not
+depend on).
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, Optional
+
+import ipywidgets as W
+import pandas as pd
+
+from workbench import dashboards as db
+
+
+class _Explorer:
+    def __init__(self) -> None:
+        self.out = W.Output()
+        self.figure = None
+        self.widget: W.Widget = W.VBox()
+
+    def _show(self, fig) -> None:
+        self.figure = fig
+        with self.out:
+            self.out.clear_output(wait=True)
+            fig.show()
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+        display(self.widget)
+
+
+class RunExplorer(_Explorer):
+    """One dashboard panel at a time over the given runs, with a paradigm filter and, for
+    time-to-accuracy, the target accuracy."""
+
+    def __init__(self, runs: pd.DataFrame, metrics: pd.DataFrame, target: float = 0.9) -> None:
+        super().__init__()
+        self.runs, self.metrics = runs, metrics
+        self.panels: Dict[str, Callable] = {
+            "accuracy vs wall-clock": lambda r, m, t: db.accuracy_vs_time(m),
+            "accuracy vs steps": lambda r, m, t: db.accuracy_vs_time(m, x="step"),
+            "throughput vs workers": lambda r, m, t: db.throughput_vs_workers(r),
+            "time to accuracy": lambda r, m, t: db.time_to_accuracy(m, t),
+            "bytes per step": lambda r, m, t: db.bytes_per_step(m),
+            "Pareto front": lambda r, m, t: db.pareto_front(r),
+        }
+        paradigms = sorted(runs["paradigm"].unique()) if "paradigm" in runs and len(runs) else []
+        self.panel = W.Dropdown(options=list(self.panels), description="panel")
+        self.paradigms = W.SelectMultiple(options=paradigms, value=tuple(paradigms), description="paradigms",
+                                          rows=min(6, max(2, len(paradigms))))
+        self.target = W.FloatSlider(value=target, min=0.1, max=1.0, step=0.01, description="target acc",
+                                    readout_format=".0%", continuous_update=False)
+        for w in (self.panel, self.paradigms, self.target):
+            w.observe(lambda _: self.redraw(), names="value")
+        self.widget = W.VBox([W.HBox([self.panel, self.target]), self.paradigms, self.out])
+        self.redraw()
+
+    def redraw(self) -> None:
+        keep = set(self.paradigms.value)
+        r = self.runs[self.runs["paradigm"].isin(keep)] if len(self.runs) else self.runs
+        m = self.metrics[self.metrics["paradigm"].isin(keep)] if len(self.metrics) and "paradigm" in self.metrics else self.metrics
+        self._show(self.panels[self.panel.value](r, m, self.target.value))
+
+
+class WhatIfExplorer(_Explorer):
+    """The analytic what-if curves (:func:`workbench.dashboards.whatif_curves`) under sliders, with
+    the compression crossover bandwidth and Stanza's best allocation as text."""
+
+    def __init__(self, profile: db.ModelProfile, workers: int = 8, gbps: float = 10.0) -> None:
+        super().__init__()
+        self.profile = profile
+        cu = dict(continuous_update=False, style={"description_width": "initial"})
+        self.gbps = W.FloatLogSlider(value=gbps, base=10, min=-1, max=2.5, step=0.05, description="bandwidth (Gbit/s)", **cu)
+        self.workers = W.IntSlider(value=workers, min=2, max=64, description="ranks", **cu)
+        self.speedup = W.FloatLogSlider(value=1.0, base=2, min=-2, max=6, step=0.25, description="compute speed ×", **cu)
+        self.ratio = W.FloatLogSlider(value=16.0, base=2, min=0, max=10, step=0.5, description="compression ratio", **cu)
+        self.encdec_ms = W.FloatSlider(value=0.0, min=0.0, max=100.0, step=0.5, description="encode+decode (ms)", **cu)
+        self.servers = W.IntSlider(value=1, min=1, max=16, description="PS servers", **cu)
+        self.note = W.HTML()
+        controls = (self.gbps, self.workers, self.speedup, self.ratio, self.encdec_ms, self.servers)
+        for w in controls:
+            w.observe(lambda _: self.redraw(), names="value")
+        self.widget = W.VBox([W.HBox(list(controls[:3])), W.HBox(list(controls[3:])), self.note, self.out])
+        self.redraw()
+
+    def redraw(self) -> None:
+        p, w = self.profile, self.workers.value
+        enc = self.encdec_ms.value / 1e3
+        servers = min(self.servers.value, w - 1)
+        self._show(db.whatif_curves(p, workers=w, gbps=self.gbps.value, speedup=self.speedup.value,
+                                    ratio=self.ratio.value, encode_decode_s=enc, servers=servers))
+        cross = db.crossover_gbps(p, w, self.ratio.value, enc, self.speedup.value)
+        n_f, x = db.best_stanza(p, w, self.gbps.value * 1e9 / 8, self.speedup.value)
+        self.crossover = cross
+        self.note.value = (f"Compression (×{self.ratio.value:g}, {self.encdec_ms.value:g} ms) beats all-reduce on {w} ranks "
+                           + (f"below <b>{cross:.3g} Gbit/s</b>" if cross == cross else "at <b>no</b> bandwidth in 0.001–10⁴ Gbit/s")
+                           + f"; Stanza's best split at {self.gbps.value:.3g} Gbit/s: <b>{n_f} FC</b> + {w - n_f} CONV ranks "
+                           f"({x:,.0f} samples/s).")
+
+
+def launch_button(overrides, description: str = "Launch", on_done: Optional[Callable] = None) -> W.VBox:
+    """A button that composes and launches ``overrides`` (a list, or a callable returning one) with the
+    live progress bar in its output area; ``on_done(run)`` is called with the finished run."""
+    import workbench
+    button = W.Button(description=description, button_style="primary")
+    out = W.Output()
+
+    def click(_):
+        button.disabled = True
+        with out:
+            out.clear_output()
+            try:
+                ov = overrides() if callable(overrides) else overrides
+                run = workbench.launch(workbench.compose(ov), progress=True)
+                print(run.summary.get("status"), run.path)
+                if on_done:
+                    on_done(run)
+            except (workbench.ConfigError, workbench.RunFailed) as e:
+                print(f"{type(e).__name__}: {e}")
+            finally:
+                button.disabled = False
+
+    button.on_click(click)
+    return W.VBox([button, out])
