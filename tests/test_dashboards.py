@@ -1,0 +1,270 @@
+"""The dashboard figure builders on small fixed tables (right traces, values, axes and units), the
+analytic what-if models on hand-computed cases, the widgets, and one real launch through
+``launch_variants`` to show the figures are built from what a run writes."""
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from workbench import dashboards as db
+
+MiB = 2**20
+
+
+def _runs() -> pd.DataFrame:
+    rows = []
+    for i, (trainer, comp, w, sps, acc) in enumerate([
+        ("sync", "none", 1, 100.0, 0.80), ("sync", "none", 2, 180.0, 0.82), ("sync", "none", 2, 220.0, 0.83),
+        ("ps", "none", 2, 90.0, 0.70), ("compressed", "powersgd", 2, 250.0, 0.75),
+    ]):
+        rows.append({"run_dir": f"/r/{i}", "run": f"10-00-0{i}_{trainer}", "status": "completed", "trainer": trainer,
+                     "workers": w, "samples_per_s": sps, "final_test_accuracy": acc, "bytes_per_step": 1000.0 * (i + 1),
+                     "steps": 20, "wall_time_s": 2.0, "cfg.trainer.name": trainer, "cfg.compressor.name": comp})
+    return db.label_runs(pd.DataFrame(rows))
+
+
+def _metrics(runs: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for i, d in enumerate(runs["run_dir"]):
+        for step in (10, 20):
+            rows.append({"run_dir": d, "kind": "train", "step": step, "time": step * 0.1,
+                         "bytes.allreduce": 1000.0 * (i + 1) * step, "bytes.grad_push": 10.0 * step, "bytes.eval": 5.0})
+            rows.append({"run_dir": d, "kind": "eval", "step": step, "time": step * 0.1 * (i + 1),
+                         "test_accuracy": 0.5 + 0.02 * i + 0.01 * step})
+    return db.attach(pd.DataFrame(rows), runs)
+
+
+def test_labels_name_paradigm_and_are_unique():
+    r = _runs()
+    assert list(r["paradigm"]) == ["sync", "sync", "sync", "ps", "compressed/powersgd"]
+    assert r["label"].is_unique
+    assert r.loc[0, "label"] == "sync W=1"
+    # the two sync W=2 runs collide and get their run names appended
+    assert r.loc[1, "label"] == "sync W=2 (10-00-01_sync)"
+
+
+def test_accuracy_vs_time_one_line_per_run_with_eval_points():
+    runs = _runs()
+    m = _metrics(runs)
+    fig = db.accuracy_vs_time(m)
+    assert [t.name for t in fig.data] == sorted(runs["label"])
+    tr = next(t for t in fig.data if t.name == "ps W=2")  # run index 3
+    assert list(tr.x) == pytest.approx([1.0 * 4, 2.0 * 4])
+    assert list(tr.y) == pytest.approx([0.5 + 0.06 + 0.1, 0.5 + 0.06 + 0.2])
+    assert fig.layout.xaxis.title.text == "wall-clock time (s)"
+    assert fig.layout.yaxis.tickformat == ".0%"
+    # one colour per paradigm
+    sync_colors = {t.line.color for t in fig.data if t.legendgroup == "sync"}
+    assert len(sync_colors) == 1
+    by_step = db.accuracy_vs_time(m, x="step")
+    assert list(by_step.data[0].x) == [10, 20] and by_step.layout.xaxis.title.text == "optimizer steps"
+
+
+def test_throughput_vs_workers_means_repeats():
+    fig = db.throughput_vs_workers(_runs())
+    lines = {t.name: t for t in fig.data if t.showlegend is not False}
+    assert set(lines) == {"sync", "ps", "compressed/powersgd"}
+    assert list(lines["sync"].x) == [1, 2]
+    assert list(lines["sync"].y) == pytest.approx([100.0, 200.0])  # mean of 180 and 220
+    spread = [t for t in fig.data if t.name == "sync (runs)"]
+    assert len(spread) == 1 and sorted(spread[0].y) == [100.0, 180.0, 220.0]
+    assert fig.layout.yaxis.title.text == "samples/s"
+
+
+def test_time_to_accuracy_first_eval_reaching_target():
+    runs = _runs()
+    m = _metrics(runs)
+    # run i reaches 0.5+0.02i+0.1 at step 10 and +0.2 at step 20; target 0.68:
+    t = db.time_to_accuracy_table(m, 0.68).set_index("label")
+    assert t.loc["sync W=1", "reached"] == np.False_ and math.isnan(t.loc["sync W=1", "time_to_target_s"])
+    assert t.loc["sync W=1", "best_accuracy"] == pytest.approx(0.70 - 0.0)  # 0.5 + 0.2
+    assert t.loc["ps W=2", "time_to_target_s"] == pytest.approx(1.0 * 4)  # 0.66+... step 10: 0.66 < 0.68 -> step 20
+    assert t.loc["ps W=2", "steps_to_target"] == 20
+    assert t.loc["compressed/powersgd W=2", "steps_to_target"] == 10  # 0.58 + 0.1 = 0.68
+    fig = db.time_to_accuracy(m, 0.68)
+    assert fig.layout.title.text == "Time to 68% test accuracy"
+    bar = fig.data[0]
+    assert bar.x[0] == "compressed/powersgd W=2"  # fastest first
+    assert any(s.startswith("not reached") for s in bar.text)
+
+
+def test_bytes_per_step_stacks_categories_in_mib_without_eval():
+    runs = _runs()
+    fig = db.bytes_per_step(_metrics(runs))
+    assert fig.layout.barmode == "stack"
+    assert [t.name for t in fig.data] == ["allreduce", "grad_push"]
+    ar = dict(zip(fig.data[0].x, fig.data[0].y))
+    assert ar["sync W=1"] == pytest.approx(1000.0 * 15 / MiB)  # mean of steps 10 and 20
+    assert fig.layout.yaxis.title.text == "MiB per step"
+
+
+def test_pareto_front_marks_non_dominated_runs():
+    df = pd.DataFrame({"x": [1, 2, 3, 2, 0.5], "y": [0.9, 0.8, 0.5, 0.7, 0.95]})
+    assert list(db.pareto_mask(df, "x", "y")) == [True, True, True, False, True]
+    fig = db.pareto_front(_runs())
+    front = next(t for t in fig.data if t.name == "Pareto front")
+    # (250, .75) compressed, (220, .83) sync, (100, .80) is dominated by (180,.82) and (220,.83)
+    assert list(front.x) == [220.0, 250.0]
+    assert list(front.y) == [0.83, 0.75]
+    assert fig.layout.xaxis.title.text == "throughput (samples/s)"
+
+
+def test_empty_inputs_give_annotated_figures():
+    empty = pd.DataFrame()
+    for fig in (db.accuracy_vs_time(empty), db.bytes_per_step(empty), db.time_to_accuracy(empty),
+                db.throughput_vs_workers(db.label_runs(empty)), db.pareto_front(db.label_runs(empty)),
+                db.metric_histogram(empty)):
+        assert len(fig.data) == 0 and len(fig.layout.annotations) == 1
+
+
+def test_histogram_sums_recorded_histograms():
+    m = pd.DataFrame({"run_dir": ["a"] * 3, "label": ["r"] * 3, "paradigm": ["s"] * 3, "kind": ["eval"] * 3,
+                      "staleness_hist": [{"0": 2, "1": 1}, {"1": 3, "2": 1}, None]})
+    fig = db.metric_histogram(m, "staleness")
+    assert list(fig.data[0].x) == [0.0, 1.0, 2.0] and list(fig.data[0].y) == [2.0, 4.0, 1.0]
+    m2 = pd.DataFrame({"label": ["r"] * 3, "paradigm": ["s"] * 3, "staleness_hist": [[1, 2], [0, 1, 5], None]})
+    assert list(db.metric_histogram(m2).data[0].y) == [1.0, 3.0, 5.0]
+
+
+def test_compression_table_means_and_speed_relative_to_none():
+    runs = db.label_runs(pd.DataFrame([
+        {"run_dir": "a", "run": "a", "workers": 2, "samples_per_s": 100.0, "final_test_accuracy": 0.9,
+         "bytes_per_step": 4.0 * MiB, "cfg.trainer.name": "compressed", "cfg.compressor.name": "none"},
+        {"run_dir": "b", "run": "b", "workers": 2, "samples_per_s": 50.0, "final_test_accuracy": 0.8,
+         "bytes_per_step": 1.0 * MiB, "cfg.trainer.name": "compressed", "cfg.compressor.name": "fp16"}]))
+    runs["label"] = ["none", "fp16"]
+    m = pd.DataFrame({"run_dir": ["a", "b", "b"], "kind": ["train"] * 3, "encode_ms": [0.0, 1.0, 3.0]})
+    t = db.compression_table(runs, m).set_index("label")
+    assert t.loc["fp16", "encode_ms"] == 2.0
+    assert t.loc["fp16", "speed_vs_none"] == 0.5
+    assert t.loc["fp16", "compression_ratio"] == 4.0  # from bytes, no recorded ratio
+    assert t.loc["none", "MiB_per_step"] == 4.0
+
+
+# -- analytic models ---------------------------------------------------------------------------------
+
+PROF = db.ModelProfile(model="m", batch=10, t_conv=1e-3, t_fc=1e-4, params_conv=1000, params_fc=9000, boundary=50)
+
+
+def test_ring_allreduce_and_allgather_times():
+    assert db.ring_allreduce_s(1000.0, 4, 100.0, 0.5) == pytest.approx(2 * 0.5 * 3 + 2 * 1000 * 3 / (4 * 100))
+    assert db.ring_allreduce_s(1000.0, 1, 100.0, 0.5) == 0.0
+    assert db.allgather_s(1000.0, 4, 100.0, 0.5) == pytest.approx(3 * 0.5 + 3 * 1000 / 100)
+
+
+def test_stanza_model_matches_the_papers_formula_by_hand():
+    bw = 1e6
+    n_c, n_f = 3, 1
+    by_hand = (10 * 1e-3 + 3 * (10 * 1e-4 + 2 * 4 * 50 * 10 / bw) + 2 * 2 / 3 * 4 * 1000 / bw + 0.0)
+    assert db.step_time_stanza(PROF, n_c, n_f, bw) == pytest.approx(by_hand)
+    n_f_best, x = db.best_stanza(PROF, 4, bw)
+    xs = {k: (4 - k) * 10 / db.step_time_stanza(PROF, 4 - k, k, bw) for k in (1, 2, 3)}
+    assert n_f_best == max(xs, key=xs.get) and x == pytest.approx(max(xs.values()))
+
+
+def test_sync_step_hides_comm_under_backward_until_it_dominates():
+    comp = 10 * 1.1e-3
+    slow = db.step_time_sync(PROF, 4, bw=1.0)  # communication dominates
+    assert slow == pytest.approx(comp / 3 + 2 * 3 / 4 * PROF.model_bytes)
+    fast = db.step_time_sync(PROF, 4, bw=1e15)
+    assert fast == pytest.approx(comp / 3 + db.OVERLAP_INEFFICIENCY * 2 / 3 * comp)
+
+
+def test_crossover_is_where_compression_stops_paying():
+    g = db.crossover_gbps(PROF, 8, ratio=32.0, encode_decode_s=1e-3)
+    assert g == g and g > 0
+    def gain(x):
+        bw = x * 1e9 / 8
+        return db.step_time_sync(PROF, 8, bw, 5e-6) - db.step_time_compressed(PROF, 8, bw, 5e-6, ratio=32.0, encode_decode_s=1e-3)
+    assert gain(g * 0.9) > 0 > gain(g * 1.1)
+    assert math.isnan(db.crossover_gbps(PROF, 8, ratio=1.0, encode_decode_s=1e-3))  # never pays
+
+
+def test_whatif_curves_panels_and_equal_process_counts():
+    pt = db.predicted_throughput(PROF, 4, 10.0)
+    assert set(pt) == {"sync (all-reduce)", "compressed (×16)", "ps (sync)", "stanza (best n_f)"}
+    bw = 10.0 * 1e9 / 8
+    assert pt["ps (sync)"] == pytest.approx(3 * 10 / db.step_time_ps(PROF, 3, bw, servers=1))  # 1 of 4 ranks serves
+    fig = db.whatif_curves(PROF, workers=4, gbps=10.0)
+    assert len(fig.data) == 8  # 4 paradigms x 2 panels
+    assert fig.layout.xaxis.type == "log" and fig.layout.xaxis.title.text == "bandwidth (Gbit/s)"
+    assert fig.layout.xaxis2.title.text == "ranks"
+
+
+def test_profile_model_measures_the_real_model():
+    import workbench
+    from workbench import data as data_mod
+    from workbench.models import build_model
+    cfg = workbench.compose(["model=small_cnn", "data=digits"])
+    p = db.profile_model(cfg, repeats=2)
+    model = build_model(cfg, data_mod.DATASETS["digits"].spec(cfg.data))
+    assert p.params_conv == model.param_counts()["features"] and p.params_fc == model.param_counts()["classifier"]
+    assert p.batch == cfg.data.batch_size and p.t_conv > 0 and p.t_fc > 0 and p.boundary > 0
+
+
+# -- per-rank bytes from run summaries ----------------------------------------------------------------
+
+def test_rank_bytes_reads_summaries(tmp_path):
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "summary.json").write_text(json.dumps({"steps": 4, "bytes_by_rank": {
+        "0": {"grad_push": 0, "param_pull": 8 * MiB, "eval": 24}, "1": {"grad_push": 4 * MiB, "eval": 24}}}))
+    runs = pd.DataFrame([{"run_dir": str(d), "run": "run", "label": "ps"}])
+    f = db.rank_bytes(runs)
+    assert set(f["category"]) == {"grad_push", "param_pull"}
+    assert f[(f["rank"] == 0) & (f["category"] == "param_pull")]["MiB_per_step"].item() == 2.0
+    fig = db.bytes_per_rank(f)
+    assert fig.layout.barmode == "stack" and {t.name for t in fig.data} == {"grad_push", "param_pull"}
+
+
+# -- widgets ----------------------------------------------------------------------------------------
+
+def test_run_explorer_switches_panels_and_filters():
+    from workbench.widgets import RunExplorer
+    runs = _runs()
+    ex = RunExplorer(runs, _metrics(runs), target=0.68)
+    assert ex.figure.layout.title.text == "Test accuracy vs wall-clock time" and len(ex.figure.data) == 5
+    ex.paradigms.value = ("ps",)
+    assert [t.name for t in ex.figure.data] == ["ps W=2"]
+    ex.panel.value = "Pareto front"
+    assert ex.figure.layout.title.text == "Accuracy / throughput trade-off"
+    ex.panel.value = "time to accuracy"
+    ex.target.value = 0.5
+    assert ex.figure.layout.title.text == "Time to 50% test accuracy"
+
+
+def test_whatif_explorer_follows_its_sliders():
+    from workbench.widgets import WhatIfExplorer
+    ex = WhatIfExplorer(PROF, workers=4, gbps=10.0)
+    assert "4 ranks" in ex.figure.layout.annotations[0].text
+    ex.workers.value = 6
+    assert "6 ranks" in ex.figure.layout.annotations[0].text
+    ex.ratio.value = 64.0
+    ex.encdec_ms.value = 1.0
+    assert ex.crossover == pytest.approx(db.crossover_gbps(PROF, 6, 64.0, 1e-3))
+    assert "Gbit/s" in ex.note.value
+
+
+# -- real runs ----------------------------------------------------------------------------------------
+
+def test_launch_variants_runs_skips_and_plots_real_runs(tmp_path):
+    base = db.base_overrides(nproc=2, max_steps=6, eval_every=3, output_root=str(tmp_path),
+                             extra=["trainer.progress=false", "cluster.timeout_s=60"])
+    runs, table = db.launch_variants({"all-reduce": [], "not-a-trainer": ["trainer=no_such_trainer"],
+                                      "bad lr": ["optim.lr=-1"]}, base, progress=False)
+    st = dict(zip(table["variant"], table["status"]))
+    assert st == {"all-reduce": "completed", "not-a-trainer": "skipped", "bad lr": "skipped"}
+    reasons = dict(zip(table["variant"], table["reason"]))
+    assert "not registered" in reasons["not-a-trainer"] and "optim.lr" in reasons["bad lr"]
+    assert len(runs) == 1
+    R, M = db.load(runs, variants=table)
+    assert list(R["label"]) == ["all-reduce"] and R.loc[0, "workers"] == 2 and R.loc[0, "steps"] == 6
+    fig = db.accuracy_vs_time(M, x="step")
+    assert list(fig.data[0].x) == [3, 6]  # the evaluations the run made
+    acc = [r["test_accuracy"] for r in runs[0].records() if r.get("kind") == "eval"]
+    assert list(fig.data[0].y) == pytest.approx(acc)
+    b = db.bytes_per_step(M)
+    assert [t.name for t in b.data] == ["allreduce"]
+    assert b.data[0].y[0] * MiB == pytest.approx(runs[0].summary["bytes_per_step"])

@@ -1,0 +1,92 @@
+"""Overhead of ``trainer=sync`` against a plain hand-written DDP script (workbench/bench/plain_ddp.py)
+on the same model, data and process count, measured side by side in one run: the two alternate,
+``--repeats`` times each, and the table reports median step times and their ratio.
+
+    python -m workbench.bench.overhead                      # small_cnn on digits, 4 ranks, 3 x 300 steps
+    python -m workbench.bench.overhead --nproc 2 --model small_cnn --data synthetic --steps 150
+    python -m workbench.bench.overhead --write              # also update BENCHMARKS.md
+
+Step time = seconds between consecutive step ends on rank 0, data loading included, the first
+``--skip`` steps dropped (warm-up), evaluation excluded.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_plain(a, out: Path) -> list:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={a.nproc}",
+           "-m", "workbench.bench.plain_ddp", f"--steps={a.steps}", f"--model={a.model}", f"--data={a.data}",
+           f"--batch-size={a.batch_size}", f"--out={out}", *a.overrides]
+    subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT, env={**_env(), "OMP_NUM_THREADS": "1"})
+    return json.loads(out.read_text())
+
+
+def run_workbench(a, tmp: Path, metered: bool) -> list:
+    import workbench
+    cfg = workbench.compose([f"model={a.model}", f"data={a.data}", f"data.batch_size={a.batch_size}",
+                             f"cluster.nproc={a.nproc}", f"trainer.max_steps={a.steps}", f"trainer.eval_every={10**9}",
+                             f"trainer.metered={str(metered).lower()}", f"output_root={tmp}", "optim.lr=0.05",
+                             "trainer.progress=false", *a.overrides])
+    run = workbench.launch(cfg, progress=False)
+    return [r["step_time"] for r in run.records() if r["kind"] == "train"]
+
+
+def _env():
+    import os
+    return dict(os.environ)
+
+
+def median_after(times: list, skip: int) -> float:
+    return statistics.median(times[skip:])
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nproc", type=int, default=4)
+    p.add_argument("--model", default="small_cnn")
+    p.add_argument("--data", default="digits")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--skip", type=int, default=20)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--write", action="store_true", help="update the overhead section of BENCHMARKS.md")
+    p.add_argument("overrides", nargs="*")
+    a = p.parse_args(argv)
+
+    res = {"plain DDP script": [], "trainer=sync (metered hook)": [], "trainer=sync (trainer.metered=false)": []}
+    with tempfile.TemporaryDirectory() as d:
+        d = Path(d)
+        for i in range(a.repeats):
+            res["plain DDP script"].append(median_after(run_plain(a, d / f"plain{i}.json"), a.skip))
+            res["trainer=sync (metered hook)"].append(median_after(run_workbench(a, d, True), a.skip))
+            res["trainer=sync (trainer.metered=false)"].append(median_after(run_workbench(a, d, False), a.skip))
+            print(f"repeat {i + 1}/{a.repeats}: " + ", ".join(f"{k} {v[-1] * 1e3:.2f} ms" for k, v in res.items()),
+                  file=sys.stderr)
+    base = statistics.median(res["plain DDP script"])
+    lines = [f"| variant | median step time (ms) | per repeat (ms) | ratio to plain DDP |", "|---|---|---|---|"]
+    for k, v in res.items():
+        med = statistics.median(v)
+        lines.append(f"| {k} | {med * 1e3:.2f} | {', '.join(f'{x * 1e3:.2f}' for x in v)} | {med / base:.3f} |")
+    cmd = "python -m workbench.bench.overhead " + " ".join(argv if argv is not None else sys.argv[1:])
+    header = (f"{a.model} on {a.data}, {a.nproc} CPU ranks (gloo), batch {a.batch_size} per rank, "
+              f"{a.steps} steps x {a.repeats} repeats alternating, first {a.skip} steps dropped")
+    table = "\n".join(lines)
+    print(header)
+    print(table)
+    if a.write:
+        from workbench.bench.markdown import update_section
+        update_section(ROOT / "BENCHMARKS.md", f"overhead: {a.model}/{a.data} x{a.nproc}",
+                       f"Command: `{cmd.strip()}`\n\n{header}.\n\n{table}\n")
+
+
+if __name__ == "__main__":
+    main()
