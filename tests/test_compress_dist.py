@@ -27,6 +27,7 @@ def local_grad(step, bucket, rank, n, zero_ranks=()):
 
 
 def _reduce_steps(rank, world, c, steps, zero_ranks):
+    """Run ``steps`` steps of two buckets through the hook's state; numpy results (picklable)."""
     from workbench.compress import BucketInfo, build_compressor
     from workbench.compress.hook import CompressionHookState
     from workbench.meter import Meter
@@ -38,7 +39,7 @@ def _reduce_steps(rank, world, c, steps, zero_ranks):
         for b, n in enumerate(SIZES):
             x = local_grad(step, b, rank, n, zero_ranks)
             info = BucketInfo(index=b, step=step, rank=rank, world=world, seed=7)
-            outs.append(state.reduce_bucket(x, info, last=b == len(SIZES) - 1).clone())
+            outs.append(state.reduce_bucket(x, info, last=b == len(SIZES) - 1).numpy().copy())
             windows.append(meter.pop())
         stats.append(state.pop_stats())
     assert state.step == steps
@@ -46,17 +47,16 @@ def _reduce_steps(rank, world, c, steps, zero_ranks):
     return outs, windows, stats
 
 
-CASES = [("none", {}), ("fp16", {}), ("topk", {"k": 0.05}), ("topk", {"k": 0.05, "error_feedback": False}),
+def _reduce_many(rank, world, cases, steps, zero_ranks):
+    return [_reduce_steps(rank, world, c, steps, zero_ranks) for c in cases]
+
+
+CASES = [("none", {}), ("fp16", {}), ("bf16", {}), ("topk", {"k": 0.05}), ("topk", {"k": 0.05, "error_feedback": False}),
          ("mstopk", {"k": 0.05}), ("randomk", {"k": 0.1}), ("signsgd", {}), ("efsignsgd", {}),
          ("qsgd", {"levels": 8}), ("qsgd", {"levels": 3, "error_feedback": True})]
 
 
-@pytest.mark.parametrize("world", [2, 4])
-@pytest.mark.parametrize("name,kw", CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)])
-def test_every_compressor_across_ranks(name, kw, world):
-    steps = 3
-    c = cfg_dict(name, **kw)
-    results = run_ranks(_reduce_steps, world, c, steps, ())
+def check_case(name, c, results, world, steps):
     errors = {b: [np.zeros(n, np.float32) for _ in range(world)] for b, n in enumerate(SIZES)} if c["error_feedback"] else None
     from workbench.compress import mix_seed
     from workbench.compress.randomk import shared_indices
@@ -70,18 +70,31 @@ def test_every_compressor_across_ranks(name, kw, world):
             if name == "randomk":
                 idx = shared_indices(n, ref.keep(c["k"], n), 7, step, b).numpy()
                 for r in range(world):  # every rank holds values at exactly the shared positions
-                    assert set(np.nonzero(results[r][0][k].numpy())[0]) <= set(idx.tolist())
-            want, new = ref.exchange(name, xs, c, us=us, idx=idx, errors=None if errors is None else errors[b])
-            if errors is not None:
-                errors[b] = new
-            tol = 2e-3 if name == "fp16" else 1e-5
+                    assert set(np.nonzero(results[r][0][k])[0]) <= set(idx.tolist())
+            if name == "bf16":  # NumPy has no bfloat16: compare with the float32 mean, loosely
+                want = sum(xs) / world
+            else:
+                want, new = ref.exchange(name, xs, c, us=us, idx=idx, errors=None if errors is None else errors[b])
+                if errors is not None:
+                    errors[b] = new
+            tol = {"fp16": 2e-3, "bf16": 3e-2}.get(name, 1e-5)
             for r in range(world):
-                np.testing.assert_allclose(results[r][0][k].numpy(), want, rtol=tol, atol=tol)
-                assert torch.equal(results[r][0][k], results[0][0][k])  # every rank decodes the same
+                np.testing.assert_allclose(results[r][0][k], want, rtol=tol, atol=tol, err_msg=f"{name} step {step} bucket {b}")
+                assert np.array_equal(results[r][0][k], results[0][0][k])  # every rank decodes the same
             k += 1
     for r in range(world):
         for st in results[r][2]:
             assert st["dense_bytes"] == 4 * sum(SIZES) and st["payload_bytes"] > 0
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_every_compressor_across_ranks(world):
+    """All compressors in one process group per world size (processes are slow to start)."""
+    steps = 3
+    cases = [cfg_dict(name, **kw) for name, kw in CASES]
+    results = run_ranks(_reduce_many, world, cases, steps, (), join_timeout=300)
+    for i, (name, _) in enumerate(CASES):
+        check_case(name, cases[i], [results[r][i] for r in range(world)], world, steps)
 
 
 def test_byte_counts_are_exact():
@@ -114,7 +127,7 @@ def test_empty_topk_payloads_do_not_hang(name):
             xs = [local_grad(step, b, r, n, (0, 2)).numpy() for r in range(world)]
             want, _ = ref.exchange(name, xs, c)
             for r in range(world):
-                np.testing.assert_allclose(results[r][0][k].numpy(), want, rtol=1e-6, atol=1e-7)
+                np.testing.assert_allclose(results[r][0][k], want, rtol=1e-6, atol=1e-7)
             k += 1
     assert results[0][1][0]["compressed"]["sent"] == 8 * (world - 1)  # only the size went out
 
@@ -127,15 +140,16 @@ def _rank1_powersgd(rank, world):
                           "error_feedback": False, "orthogonalization_epsilon": 0.0})
     state = CompressionHookState(build_compressor(c, rank, world, seed=0), Meter(20), seed=0)
     g = torch.Generator().manual_seed(rank)
-    b = torch.randn(12, generator=torch.Generator().manual_seed(99))  # shared right factor: the sum stays rank 1
-    a = torch.randn(20, generator=g)
+    # float64, so that "exact" is not blurred by float32 cancellation in M Q
+    b = torch.randn(12, generator=torch.Generator().manual_seed(99), dtype=torch.float64)  # shared: the sum stays rank 1
+    a = torch.randn(20, generator=g, dtype=torch.float64)
     m = torch.outer(a, b)
-    bias = torch.randn(5, generator=g)
+    bias = torch.randn(5, generator=g, dtype=torch.float64)
     buf = torch.cat([m.reshape(-1), bias])
     info = BucketInfo(index=0, step=0, rank=rank, world=world, shapes=(torch.Size([20, 12]), torch.Size([5])))
     out = state.reduce_bucket(buf.clone(), info, last=True).clone()
     state.close()
-    return buf, out
+    return buf.numpy(), out.numpy()
 
 
 def test_rank1_gradients_make_rank1_powersgd_exact():
@@ -143,7 +157,7 @@ def test_rank1_gradients_make_rank1_powersgd_exact():
     results = run_ranks(_rank1_powersgd, world)
     mean = sum(r[0] for r in results) / world
     for _, out in results:
-        torch.testing.assert_close(out, mean, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(out, mean, rtol=1e-9, atol=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,10 +201,11 @@ def _ddp_params(rank, world, mode, steps, bucket_cap_mb, rank_r):
         opt.step()
     sd = None
     if state is not None:
-        sd = state.state_dict()
+        st = state.state_dict()
+        sd = {"step": st["step"], "q": len(st["compressor"].get("q", {})), "errors": len(st["compressor"].get("errors", {}))}
         state.close()
     dist.barrier()
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}, sd
+    return {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}, sd
 
 
 @pytest.mark.parametrize("rank_r,bucket_cap_mb", [(2, 25.0), (3, 0.004)])
@@ -200,10 +215,10 @@ def test_powersgd_agrees_with_torch_powersgd_hook(rank_r, bucket_cap_mb):
     ours = run_ranks(_ddp_params, world, "ours:powersgd", steps, bucket_cap_mb, rank_r)
     for (a, _), (b, sd) in zip(theirs, ours):
         for k in a:
-            torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6)
-        assert sd["step"] == steps and sd["compressor"]["q"] and sd["compressor"]["errors"]
-    assert any(not torch.equal(ours[0][0][k], run_ranks(_ddp_params, world, "ours:none", steps, bucket_cap_mb, rank_r)[0][0][k])
-               for k in ours[0][0])  # and compression did change the result
+            np.testing.assert_allclose(b[k], a[k], rtol=1e-5, atol=1e-6, err_msg=k)
+        assert sd["step"] == steps and sd["q"] >= 1 and sd["errors"] >= 1
+    plain = run_ranks(_ddp_params, world, "ours:none", steps, bucket_cap_mb, rank_r)
+    assert any(not np.allclose(ours[0][0][k], plain[0][0][k]) for k in plain[0][0])  # compression did change the result
 
 
 @pytest.mark.parametrize("comp", ["fp16", "bf16"])
@@ -212,7 +227,7 @@ def test_half_precision_agrees_with_torch_hooks(comp):
     ours = run_ranks(_ddp_params, 2, f"ours:{comp}", 3, 0.004, 1)
     for (a, _), (b, _) in zip(theirs, ours):
         for k in a:
-            assert torch.equal(a[k], b[k]), k
+            assert np.array_equal(a[k], b[k]), k
 
 
 def test_none_hook_is_bitwise_ddp():
@@ -220,7 +235,7 @@ def test_none_hook_is_bitwise_ddp():
     ours = run_ranks(_ddp_params, 3, "ours:none", 3, 0.004, 1)
     for (a, _), (b, _) in zip(theirs, ours):
         for k in a:
-            assert torch.equal(a[k], b[k]), k
+            assert np.array_equal(a[k], b[k]), k
 
 
 # ---------------------------------------------------------------------------------------------

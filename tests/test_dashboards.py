@@ -76,17 +76,17 @@ def test_throughput_vs_workers_means_repeats():
 def test_time_to_accuracy_first_eval_reaching_target():
     runs = _runs()
     m = _metrics(runs)
-    # run i reaches 0.5+0.02i+0.1 at step 10 and +0.2 at step 20; target 0.68:
-    t = db.time_to_accuracy_table(m, 0.68).set_index("label")
-    assert t.loc["sync W=1", "reached"] == np.False_ and math.isnan(t.loc["sync W=1", "time_to_target_s"])
-    assert t.loc["sync W=1", "best_accuracy"] == pytest.approx(0.70 - 0.0)  # 0.5 + 0.2
-    assert t.loc["ps W=2", "time_to_target_s"] == pytest.approx(1.0 * 4)  # 0.66+... step 10: 0.66 < 0.68 -> step 20
-    assert t.loc["ps W=2", "steps_to_target"] == 20
-    assert t.loc["compressed/powersgd W=2", "steps_to_target"] == 10  # 0.58 + 0.1 = 0.68
-    fig = db.time_to_accuracy(m, 0.68)
-    assert fig.layout.title.text == "Time to 68% test accuracy"
+    # run i scores 0.6+0.02i at step 10 (time i+1) and 0.7+0.02i at step 20 (time 2(i+1)); target 0.705:
+    t = db.time_to_accuracy_table(m, 0.705).set_index("label")
+    assert not t.loc["sync W=1", "reached"] and math.isnan(t.loc["sync W=1", "time_to_target_s"])
+    assert t.loc["sync W=1", "best_accuracy"] == pytest.approx(0.70)
+    assert t.loc["ps W=2", "time_to_target_s"] == pytest.approx(2.0 * 4) and t.loc["ps W=2", "steps_to_target"] == 20
+    assert t.loc["sync W=2 (10-00-01_sync)", "time_to_target_s"] == pytest.approx(4.0)
+    fig = db.time_to_accuracy(m, 0.705)
+    assert fig.layout.title.text == "Time to 70% test accuracy"
     bar = fig.data[0]
-    assert bar.x[0] == "compressed/powersgd W=2"  # fastest first
+    assert bar.x[0] == "sync W=2 (10-00-01_sync)"  # fastest first
+    assert bar.x[-1] == "sync W=1" and bar.y[-1] == 0.0
     assert any(s.startswith("not reached") for s in bar.text)
 
 

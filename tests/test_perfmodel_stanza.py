@@ -52,6 +52,18 @@ def test_latency_update_and_allreduce_bandwidth_terms():
     assert b["step"] == pytest.approx(2 * 4.1e-3 + 1e-3 + 2 * 4.1e-3 + 10e-3 + 4e-4 + 16e-3 / 6 + 1e-4)
 
 
+def test_compute_time_depends_on_how_many_ranks_compute_at_once():
+    # ranks sharing a host: conv 1 ms/sample alone, 2 ms with 2 at once, 3 ms with 3 (FC alike)
+    x = pm.StanzaInputs(t_c=3e-3, t_f=3e-4, a=100, p_c=1000, p_f=10000, b=10, beta=1e6,
+                        t_c_at=(1e-3, 2e-3, 3e-3), t_f_at=(1e-4, 2e-4, 3e-4))
+    assert pm.conv_time(x, 2) == 2e-3 and pm.fc_time(x, 1) == 1e-4 and pm.conv_time(x, 7) == 3e-3
+    assert pm.breakdown(x, 2, 1)["conv_compute"] == pytest.approx(20e-3)
+    assert pm.breakdown(x, 2, 1)["fc_compute"] == pytest.approx(1e-3)
+    assert pm.breakdown(x, 1, 2)["conv_compute"] == pytest.approx(10e-3)
+    assert pm.dp_step_time(x, 3) == pytest.approx(10 * 3.3e-3 + 2 * 2 / 3 * 44e-3)
+    assert pm.paper_step_time(x, 2, 1) == pytest.approx(20e-3 + 2 * (1e-3 + 8e-3) + 4e-3)
+
+
 def test_baselines_by_hand():
     # data parallel on 4 nodes: 4*10 / (10*(1.1 ms) + 2*3/4*44 kB / 1 MB/s)
     assert pm.dp_step_time(X, 4) == pytest.approx(11e-3 + 66e-3)

@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 
 from workbench.api import compose  # noqa: E402
 from workbench.config import ConfigError  # noqa: E402
-from workbench.launcher import RunFailed, launch  # noqa: E402
+from workbench.launcher import RunFailed, launch, resume  # noqa: E402
 from workbench.runs import Run, load_metrics, load_runs  # noqa: E402
 
-__all__ = ["compose", "launch", "load_runs", "load_metrics", "Run", "ConfigError", "RunFailed"]
+__all__ = ["compose", "launch", "load_runs", "load_metrics", "Run", "ConfigError", "RunFailed", "resume"]

@@ -6,6 +6,8 @@
     python -m workbench --multirun cluster.nproc=1,2,4    # one run each under experiments/multiruns/
     python -m workbench --cfg job                         # print the composed config, run nothing
     workbench ...                                         # the same, as a console script
+    python -m workbench checkpoint.every=50 cluster.max_restarts=2   # survive a dead rank: restart + resume
+    python -m workbench resume experiments/runs/<date>/<time>_<name>   # continue a stopped run
 
 Exit status: 0 completed, 1 failed (the failed rank is named), 2 invalid config (nothing started),
 3 diverged (NaN/inf loss).
@@ -54,7 +56,28 @@ def _task(cfg: DictConfig) -> None:
     print(f"run directory: {run.path}")
 
 
+def _resume_cli(argv) -> None:
+    import argparse
+
+    from workbench.launcher import RunFailed, resume
+    p = argparse.ArgumentParser(prog="workbench resume", description="Continue a stopped run from its newest complete checkpoint.")
+    p.add_argument("run_dir")
+    a = p.parse_args(argv)
+    try:
+        run = resume(a.run_dir)
+    except ConfigError as e:
+        print(f"workbench: error: {e}", file=sys.stderr)
+        raise SystemExit(2)
+    except RunFailed as e:
+        print(f"workbench: {e}", file=sys.stderr)
+        raise SystemExit(3 if e.run.status == "diverged" else 1)
+    print(summary_paragraph(run.summary))
+    print(f"run directory: {run.path}")
+
+
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "resume":
+        return _resume_cli(sys.argv[2:])
     try:
         path = str(conf_dir())
     except ConfigError as e:

@@ -93,6 +93,12 @@ class ClusterConfig:
 
 
 @dataclass
+class CheckpointConfig:
+    every: int = 0  # save every N steps (0: never); a restarted or resumed run continues from the newest
+    keep: int = 2  # newest checkpoints kept per rank (>= 2, so a crash while saving loses nothing)
+
+
+@dataclass
 class Config:
     name: str = "run"  # run name, the suffix of the run directory
     seed: int = 0
@@ -103,6 +109,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
 
 _STORE = ConfigStore.instance()
@@ -162,6 +169,11 @@ def validate(cfg: DictConfig) -> None:
                f"ranks must be in [0, {c.nproc * c.nnodes - 1}]")
     _check(c.straggler_delay_s >= 0, "cluster.straggler_delay_s", c.straggler_delay_s, "must be >= 0")
     _check(c.straggler_factor >= 1, "cluster.straggler_factor", c.straggler_factor, "must be >= 1")
+
+    _check(cfg.checkpoint.every >= 0, "checkpoint.every", cfg.checkpoint.every, "must be >= 0 (0: never)")
+    _check(cfg.checkpoint.keep >= 2, "checkpoint.keep", cfg.checkpoint.keep, "must be >= 2")
+    _check(c.max_restarts == 0 or cfg.checkpoint.every > 0, "cluster.max_restarts", c.max_restarts,
+           "restarts resume from a checkpoint: set checkpoint.every > 0 too")
 
     o = cfg.optim
     _check(o.name == "sgd", "optim.name", o.name, "choose from sgd")

@@ -352,16 +352,27 @@ def select(runs: pd.DataFrame, metrics: pd.DataFrame, query: str = "") -> Tuple[
 def allocation_figure(runs: pd.DataFrame, profile: Optional["ModelProfile"] = None, gbps: float = 10.0,
                       key: str = "cfg.trainer.fc_workers", trainer: str = "stanza") -> go.Figure:
     """Stanza's allocation sweep: measured samples/s of each run against its number of FC workers
-    n_f, next to the analytic model's prediction for the same ranks (when a profile is given) and
-    the other paradigms' measured throughput as horizontal lines."""
+    n_f; the prediction the run made itself (``summary.json`` ``stanza.predicted_samples_per_s``,
+    from :mod:`workbench.perfmodel.stanza` calibrated on the cluster, when the run profiled); the
+    analytic model of this file for a ``profile`` and ``gbps``; and the other paradigms' measured
+    throughput as horizontal lines."""
     title = "Throughput by CONV/FC allocation: measured vs predicted"
     if runs.empty or "samples_per_s" not in runs:
         return _empty(title, "no completed runs")
-    st = runs[(runs["paradigm"] == trainer)] if key in runs else runs.iloc[0:0]
+    st = runs[runs["paradigm"] == trainer].copy()
     fig = go.Figure()
     if len(st):
-        st = st.assign(n_f=pd.to_numeric(st[key], errors="coerce")).dropna(subset=["n_f"]).sort_values("n_f")
+        info = st[trainer] if trainer in st else pd.Series([{}] * len(st), index=st.index)
+        info = info.apply(lambda d: d if isinstance(d, dict) else {})
+        cfg_nf = pd.to_numeric(st[key], errors="coerce") if key in st else pd.Series(np.nan, index=st.index)
+        st["n_f"] = [d.get("fc_workers", c) for d, c in zip(info, cfg_nf)]
+        st["own_prediction"] = [d.get("predicted_samples_per_s") for d in info]
+        st = st.dropna(subset=["n_f"]).sort_values("n_f")
         fig.add_trace(go.Bar(x=st["n_f"], y=st["samples_per_s"], name=f"{trainer} measured", text=st["label"]))
+        own = st.dropna(subset=["own_prediction"])
+        if len(own):
+            fig.add_trace(go.Scatter(x=own["n_f"], y=own["own_prediction"], mode="markers", marker={"size": 12, "symbol": "x"},
+                                     name="predicted by the run (perfmodel, calibrated)"))
         if profile is not None:
             bw = gbps * 1e9 / 8
             nodes = st["world_size"] if "world_size" in st else st["cfg.cluster.nproc"]
@@ -369,7 +380,7 @@ def allocation_figure(runs: pd.DataFrame, profile: Optional["ModelProfile"] = No
             for n, n_f in zip(nodes.astype(int), st["n_f"].astype(int)):
                 n_c = n - n_f
                 pred.append(n_c * profile.batch / step_time_stanza(profile, n_c, n_f, bw) if n_c >= 1 else float("nan"))
-            fig.add_trace(go.Scatter(x=st["n_f"], y=pred, mode="lines+markers", name=f"predicted at {gbps:g} Gbit/s"))
+            fig.add_trace(go.Scatter(x=st["n_f"], y=pred, mode="lines+markers", name=f"analytic at {gbps:g} Gbit/s"))
     others = runs[runs["paradigm"] != trainer].dropna(subset=["samples_per_s"])
     for i, r in enumerate(others.to_dict("records")):
         fig.add_hline(y=r["samples_per_s"], line_dash="dot", line_color=COLORS[(i + 2) % len(COLORS)],

@@ -197,6 +197,23 @@ def launch(cfg: DictConfig, run_dir: Optional[os.PathLike] = None, progress: Opt
     return run
 
 
+def resume(run_dir: os.PathLike, progress: Optional[bool] = None, check: bool = True):
+    """Continue a stopped run in place from its newest complete checkpoint (``workbench resume``)."""
+    from workbench import checkpoint as ckpt
+    from workbench.config import ConfigError
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError(f"invalid run directory {str(run_dir)!r}: no config.yaml")
+    cfg = runstore.load_config(run_dir)
+    world = cfg.cluster.nproc * cfg.cluster.nnodes
+    step = ckpt.latest_complete(run_dir, world)
+    if step is None:
+        raise ConfigError(f"invalid run directory {str(run_dir)!r}: no complete checkpoint under checkpoints/ "
+                          "(the run needs checkpoint.every > 0)")
+    ckpt.discard_after(run_dir, step)
+    return launch(cfg, run_dir=run_dir, progress=progress, check=check)
+
+
 def discard(run_dir: os.PathLike, keep: os.PathLike = ".") -> None:
     """Remove a run directory that never started (invalid config), and the date folders above it
     that are left empty (up to, not including, ``keep``)."""

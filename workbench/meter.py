@@ -88,8 +88,13 @@ class Meter:
         with self._lock:
             return {k: c.as_dict() for k, c in self._total.items()}
 
-    def state_dict(self) -> dict:
-        return {"totals": self.totals()}
+    def restore_totals(self, totals: Dict[str, dict]) -> None:
+        """Continue counting from a checkpoint's totals (a resumed run reports whole-run bytes)."""
+        with self._lock:
+            self._total.clear()
+            for cat, c in totals.items():
+                ctr = self._total[cat]
+                ctr.sent, ctr.recv, ctr.time, ctr.calls = int(c["sent"]), int(c["recv"]), float(c["time"]), int(c["calls"])
 
     @staticmethod
     def _size(group) -> int:

@@ -156,6 +156,27 @@ class RunLog:
             from torch.utils.tensorboard import SummaryWriter
             self.tb = SummaryWriter(log_dir=str(self.run_dir), flush_secs=5)
 
+    def truncate_after(self, step: int) -> None:
+        """Drop records past ``step`` (written by an attempt that died after its last checkpoint),
+        so a resumed run's files read as one uninterrupted run."""
+        files = [self.run_dir / "ranks" / f"rank{self.rank}.jsonl"] + ([self.run_dir / "metrics.jsonl"] if self.main else [])
+        writers = [self.comm] + ([self.metrics] if self.main else [])
+        for path, w in zip(files, writers):
+            w.flush()
+            keep = []
+            for line in path.read_text().splitlines() if path.exists() else []:
+                try:
+                    r = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if r.get("step", 0) <= step or r.get("kind") in ("start", "resume"):
+                    keep.append(line)
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text("".join(l + "\n" for l in keep))
+            os.replace(tmp, path)
+            w.f.close()
+            w.f = open(path, "a", buffering=1 << 16)
+
     def comm_step(self, step: int, window: dict, **extra) -> None:
         self.comm.write({"step": step, "rank": self.rank, **extra, "comm": window})
 

@@ -6,11 +6,13 @@ is checked against.
 Inputs (:class:`StanzaInputs`, measured by ``trainer=stanza trainer.fc_workers=auto``, see
 ``workbench/trainers/stanza.py``): ``t_c``/``t_f`` forward+backward seconds per sample of the conv and
 FC parts, ``a`` boundary floats per sample, ``p_c``/``p_f`` parameter counts, ``b`` batch per CONV
-worker, ``beta`` point-to-point bytes/s per node, and three refinements the reconstruction in
+worker, ``beta`` point-to-point bytes/s per node, and four refinements the reconstruction in
 PAPERS.md §2 lacks: ``alpha`` (seconds per message), ``beta_allreduce`` (the ring all-reduce's
-bandwidth, which on shared-memory gloo differs from a single stream's) and ``u`` (optimizer seconds
+bandwidth, which on shared-memory gloo differs from a single stream's), ``u`` (optimizer seconds
 per parameter: SGD with momentum touches every FC weight three times per step, which on a CPU costs as
-much as the FC forward).
+much as the FC forward) and ``t_c_at``/``t_f_at`` (compute time per sample when k ranks compute at
+once: ranks that share a host, its cores or one GPU slow each other down, and an allocation runs n_c
+conv computations at once but only n_f FC ones).
 
 Two step-time models:
 
@@ -57,6 +59,10 @@ class StanzaInputs:
     alpha: float = 0.0  # latency per message, seconds
     beta_allreduce: Optional[float] = None  # ring all-reduce bandwidth per node, bytes/s (None: beta)
     u: float = 0.0  # optimizer update seconds per parameter
+    # t_c / t_f when k ranks compute at once, k = 1, 2, ... (ranks sharing a host slow each other
+    # down); None, or k beyond the tuple: t_c / t_f
+    t_c_at: Optional[Tuple[float, ...]] = None
+    t_f_at: Optional[Tuple[float, ...]] = None
 
     def with_batch(self, b: int) -> "StanzaInputs":
         return replace(self, b=b)
@@ -68,6 +74,15 @@ class StanzaInputs:
 def _check_allocation(n_c: int, n_f: int) -> None:
     if n_c < 1 or n_f < 1:
         raise ValueError(f"an allocation needs n_c >= 1 and n_f >= 1, got n_c={n_c}, n_f={n_f}")
+
+
+def conv_time(x: StanzaInputs, concurrent: int) -> float:
+    """Conv forward+backward seconds per sample while ``concurrent`` ranks compute at once."""
+    return x.t_c_at[concurrent - 1] if x.t_c_at and concurrent <= len(x.t_c_at) else x.t_c
+
+
+def fc_time(x: StanzaInputs, concurrent: int) -> float:
+    return x.t_f_at[concurrent - 1] if x.t_f_at and concurrent <= len(x.t_f_at) else x.t_f
 
 
 def allreduce_time(nbytes: float, p: int, x: StanzaInputs) -> float:
@@ -92,9 +107,10 @@ def pieces_on_busiest_fc(n_c: int, n_f: int) -> int:
 # The reconstruction of PAPERS.md §2 (kept verbatim, for comparison)
 
 def paper_step_time(x: StanzaInputs, n_c: int, n_f: int) -> float:
+    """(With per-concurrency compute times when given, so that both models see the same inputs.)"""
     _check_allocation(n_c, n_f)
     comm = 2 * x.s * x.a * x.b / x.beta
-    return (x.b * x.t_c + (n_c / n_f) * (x.b * x.t_f + comm)
+    return (x.b * conv_time(x, n_c) + (n_c / n_f) * (x.b * fc_time(x, n_f) + comm)
             + 2 * (n_c - 1) / n_c * x.s * x.p_c / x.beta + 2 * (n_f - 1) / n_f * x.s * x.p_f / x.beta)
 
 
@@ -110,9 +126,9 @@ def breakdown(x: StanzaInputs, n_c: int, n_f: int) -> Dict[str, float]:
     _check_allocation(n_c, n_f)
     k = pieces_on_busiest_fc(n_c, n_f)
     d = transfer_time(x)
-    f = x.b * x.t_f
+    f = x.b * fc_time(x, n_f)
     fc_phase = 2 * d + f + (k - 1) * max(d, f)
-    conv = x.b * x.t_c
+    conv = x.b * conv_time(x, n_c)
     ar_c = allreduce_time(x.s * x.p_c, n_c, x)
     ar_f = allreduce_time(x.s * x.p_f, n_f, x)
     upd_c, upd_f = x.u * x.p_c, x.u * x.p_f
@@ -139,7 +155,7 @@ def throughput(x: StanzaInputs, n_c: int, n_f: int) -> float:
 def dp_step_time(x: StanzaInputs, n: int) -> float:
     """Synchronous data parallelism (ring all-reduce of the whole model) on ``n`` nodes."""
     p = x.p_c + x.p_f
-    return x.b * (x.t_c + x.t_f) + allreduce_time(x.s * p, n, x) + x.u * p
+    return x.b * (conv_time(x, n) + fc_time(x, n)) + allreduce_time(x.s * p, n, x) + x.u * p
 
 
 def dp_throughput(x: StanzaInputs, n: int) -> float:
@@ -154,7 +170,7 @@ def ps_step_time(x: StanzaInputs, workers: int, servers: int = 1) -> float:
         raise ValueError(f"a parameter server needs workers >= 1 and servers >= 1, got {workers}, {servers}")
     p = x.p_c + x.p_f
     link = 2 * x.s * p / x.beta * max(1.0, workers / servers)
-    return x.b * (x.t_c + x.t_f) + 2 * x.alpha + link + x.u * p / servers
+    return x.b * (conv_time(x, workers) + fc_time(x, workers)) + 2 * x.alpha + link + x.u * p / servers
 
 
 def ps_throughput(x: StanzaInputs, workers: int, servers: int = 1) -> float:

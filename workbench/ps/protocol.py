@@ -28,6 +28,7 @@ from typing import List, Optional, Sequence
 import torch
 
 from workbench.meter import Meter
+from workbench.ps import stats as S
 from workbench.ps.sharding import ShardLayout
 
 # message kinds (header[0])
@@ -105,7 +106,7 @@ class PSClient:
         """Each server's statistics vector (float64, ``length`` long; see ServerLoop.stats)."""
         return self._exchange(STATS, 0, None, reply=True, reply_len=[length] * len(self.servers))
 
-    def done(self, into: Optional[Sequence[torch.Tensor]] = None, stats_len: int = 0) -> List[torch.Tensor]:
+    def done(self, into: Optional[Sequence[torch.Tensor]] = None, stats_len: int = S.LENGTH) -> List[torch.Tensor]:
         """Tell the servers this worker has finished. With ``into``, wait until every worker has
         finished and receive the final parameters and each server's final statistics (rank 0
         does this, to save ``model.pt``)."""

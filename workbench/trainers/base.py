@@ -7,6 +7,7 @@ holds the whole model, ``eval_model()`` / ``is_worker``. Everything else lives h
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import signal
@@ -17,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
 
+from workbench import checkpoint as ckpt
 from workbench import data as data_mod
 from workbench.dist import DistInfo
 from workbench.meter import Meter
@@ -54,6 +56,11 @@ def lr_at(optim: DictConfig, step: int, total_steps: int, global_batch: int) -> 
 def build_optimizer(params, optim: DictConfig) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=optim.lr, momentum=optim.momentum, weight_decay=optim.weight_decay,
                            nesterov=optim.nesterov)
+
+
+def restart_count() -> int:
+    """How many times the elastic agent has restarted this group (0 on the first attempt)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
 
 def in_progress_bar() -> bool:
@@ -161,10 +168,50 @@ class Trainer:
 
     def _maybe_kill(self, step: int) -> None:
         c = self.cfg.cluster
-        if self.rank == c.kill_rank and step == c.kill_at_step:
+        # Only the first attempt: after a restart or resume the run must be able to finish.
+        if self.rank == c.kill_rank and step == c.kill_at_step and restart_count() == 0 and not self._resumed:
             self.log.flush()
             os.kill(os.getpid(), signal.SIGKILL)
 
+    # -- checkpoints -------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """This rank's training state (model, optimizer). Trainers with more state (servers'
+        shards, compressor buffers, clocks) extend it: ``{**super().state_dict(), "mine": ...}``."""
+        out = {}
+        model = self.eval_model()
+        if model is not None:
+            out["model"] = model.state_dict()
+        opt = getattr(self, "optimizer", None)
+        if opt is not None:
+            out["optimizer"] = opt.state_dict()
+        return out
+
+    def load_state_dict(self, state: dict) -> None:
+        model = self.eval_model()
+        if model is not None and "model" in state:
+            model.load_state_dict(state["model"])
+        opt = getattr(self, "optimizer", None)
+        if opt is not None and "optimizer" in state:
+            opt.load_state_dict(state["optimizer"])
+
+    def _save_checkpoint(self, step: int, epoch: int, loop: dict) -> None:
+        state = {"trainer": self.state_dict(), "step": step, "epoch": epoch, "loop": loop,
+                 "rng": ckpt.rng_state(), "meter": self.meter.totals()}
+        ckpt.save(self.log.run_dir, self.rank, step, state, keep=self.cfg.checkpoint.keep)
+
+    def _resume(self) -> Optional[dict]:
+        """Load the newest complete checkpoint, if any (after a restart or `workbench resume`)."""
+        step = ckpt.latest_complete(self.log.run_dir, self.info.world_size)
+        if step is None:
+            return None
+        state = ckpt.load(self.log.run_dir, self.rank, step)
+        self.load_state_dict(state["trainer"])
+        ckpt.set_rng_state(state["rng"])
+        self.meter.restore_totals(state.get("meter", {}))
+        self.log.truncate_after(step)
+        return state
+
+    # -- the loop ----------------------------------------------------------------------------------
     def run(self) -> dict:
         cfg, t = self.cfg, self.cfg.trainer
         self.load_data()
@@ -175,22 +222,32 @@ class Trainer:
             raise ValueError(f"data.batch_size: {self.global_batch} samples per step exceed the "
                              f"{len(self.train_set)} training samples")
         total = self.total_steps(steps_per_epoch)
-        self.log.log({"kind": "start", "step": 0, "total_steps": total, "steps_per_epoch": steps_per_epoch,
-                      "global_batch": self.global_batch, "workers": self.workers, "world_size": self.info.world_size})
+        resumed = self._resume()
+        self._resumed = resumed is not None
+        loop = resumed["loop"] if resumed else {"train_time": 0.0, "eval_time": 0.0, "samples": 0, "sent_total": 0,
+                                                 "elapsed": 0.0, "last_eval": {}}
+        step = resumed["step"] if resumed else 0
+        epoch, offset = divmod(step, steps_per_epoch)
+        self.log.log({"kind": "resume" if resumed else "start", "step": step, "total_steps": total,
+                      "steps_per_epoch": steps_per_epoch, "global_batch": self.global_batch, "workers": self.workers,
+                      "world_size": self.info.world_size, "restarts": restart_count()})
         bar = None
         if self.rank == 0 and t.progress and in_progress_bar():
             from tqdm.auto import tqdm
-            bar = tqdm(total=total, desc=f"{self.name}", unit="step", dynamic_ncols=True)
+            bar = tqdm(total=total, initial=step, desc=f"{self.name}", unit="step", dynamic_ncols=True)
 
         self.meter.pop()  # set-up traffic (DDP's initial broadcast) is not a training step
-        start = time.perf_counter()
-        train_time, eval_time, samples, step, epoch = 0.0, 0.0, 0, 0, 0
-        last_eval: Dict[str, float] = {}
-        sent_total = 0
+        start = time.perf_counter() - loop["elapsed"]
+        train_time, eval_time, samples = loop["train_time"], loop["eval_time"], loop["samples"]
+        sent_total, last_eval = loop["sent_total"], dict(loop["last_eval"])
+        every = cfg.checkpoint.every
         t_prev = time.perf_counter()
         while step < total:
             sampler.set_epoch(epoch)
-            for x, y in loader:
+            # after a resume, skip the batches of this epoch that were already trained on
+            batches = itertools.islice(loader, offset, None) if offset else loader
+            offset = 0
+            for x, y in batches:
                 if step >= total:
                     break
                 lr = lr_at(cfg.optim, step, total, self.global_batch)
@@ -231,6 +288,11 @@ class Trainer:
                     self.log.log({"kind": "eval", "step": step, "epoch": epoch + 1, "time": time.perf_counter() - start,
                                   "train_time": train_time, **last_eval})
                     self.log.flush()
+                if every and step % every == 0 and step < total:
+                    self.log.flush()
+                    self._save_checkpoint(step, epoch if step % steps_per_epoch else epoch + 1, {
+                        "train_time": train_time, "eval_time": eval_time, "samples": samples, "sent_total": sent_total,
+                        "elapsed": time.perf_counter() - start, "last_eval": last_eval})
                 t_prev = time.perf_counter()
             epoch += 1
         if bar is not None:
@@ -248,4 +310,5 @@ class Trainer:
             "samples_per_s": samples / train_time if train_time > 0 else None,
             "bytes_per_step": sent_total / max(1, step),
             "bytes_by_category": self.meter.totals(),
+            "restarts": restart_count(), "resumed_from_step": resumed["step"] if resumed else None,
         }

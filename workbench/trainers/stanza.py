@@ -156,11 +156,12 @@ def _median_time(fn, steps: int, device) -> float:
 def profile(model: SplitModel, spec, b: int, a: int, meter, device, comm_device, steps: int, optim_cfg) -> pm.StanzaInputs:
     """Measure :class:`~workbench.perfmodel.stanza.StanzaInputs` with every rank taking part.
 
-    Compute times are measured on every rank at once (so they include the contention of a shared
-    machine) and averaged; latency and bandwidth by a ping-pong between rank 0 and the last rank at
-    the activation size of one CONV worker; all-reduce bandwidth on all ranks. The model's weights,
-    buffers and the RNG are restored afterwards, so a profiled run trains exactly like an unprofiled
-    one. All traffic is metered as ``profile``."""
+    Compute times are measured at every concurrency k = 1..N (ranks 0..k-1 compute at once, the
+    others wait), because ranks that share a host (CPU cores, memory bandwidth, one GPU) slow each
+    other down, and an allocation runs n_c conv computations at once but n_f FC ones. Latency and
+    bandwidth come from a ping-pong between rank 0 and the last rank; all-reduce bandwidth from all
+    ranks. The model's weights, buffers and the RNG are restored afterwards, so a profiled run trains
+    exactly like an unprofiled one. All traffic is metered as ``profile``."""
     rank, world = dist.get_rank(), dist.get_world_size()
     saved = copy.deepcopy(model.state_dict())
     rng = torch.random.get_rng_state()
@@ -175,8 +176,15 @@ def profile(model: SplitModel, spec, b: int, a: int, meter, device, comm_device,
         h = torch.randn(b, a, device=device, requires_grad=True)
         F.cross_entropy(model.classifier(h), y).backward()
 
-    t_c = _median_time(conv, steps, device) / b
-    t_f = _median_time(fc, steps, device) / b
+    levels = torch.zeros(2 * world, dtype=torch.float64)
+    for k in range(1, world + 1):
+        for j, fn in enumerate((conv, fc)):
+            meter.barrier("profile")
+            if rank < k:
+                levels[j * world + k - 1] = _median_time(fn, steps, device) / b
+    meter.barrier("profile")
+    levels = meter.all_reduce(levels.to(comm_device), "profile").cpu() / torch.arange(1, world + 1).repeat(2)
+    t_c_at, t_f_at = tuple(levels[:world].tolist()), tuple(levels[world:].tolist())
     params = [p for p in model.parameters()]
     opt = build_optimizer(params, optim_cfg)
     u = _median_time(opt.step, steps, device) / sum(p.numel() for p in params)
@@ -186,11 +194,12 @@ def profile(model: SplitModel, spec, b: int, a: int, meter, device, comm_device,
     del opt, saved
 
     peer = world - 1
+    reps = max(steps, 5)  # transfers are cheap to repeat, and noisier than compute
     meter.barrier("profile")
 
     def ping_pong(t: torch.Tensor) -> float:
         rtts = []
-        for i in range(steps + 1):
+        for i in range(reps + 1):
             t0 = time.perf_counter()
             if rank == 0:
                 meter.send(t, peer, "profile")
@@ -202,24 +211,29 @@ def profile(model: SplitModel, spec, b: int, a: int, meter, device, comm_device,
                 rtts.append(time.perf_counter() - t0)
         return statistics.median(rtts)
 
-    alpha = ping_pong(torch.zeros(1, device=comm_device)) / 2
-    big = torch.zeros(a * b, device=comm_device)
-    rtt = ping_pong(big)
-    beta = 2 * big.numel() * 4 / max(rtt - 2 * alpha, 1e-9)
+    # Latency from a one-float round trip; bandwidth from the slope between it and a message of at
+    # least 4 MB (one CONV worker's activations, if larger), so the latency noise cannot swamp it.
+    rtt_small = ping_pong(torch.zeros(1, device=comm_device))
+    big = torch.zeros(max(a * b, 1 << 20), device=comm_device)
+    rtt_big = ping_pong(big)
+    alpha = rtt_small / 2
+    beta = 2 * (big.numel() - 1) * 4 / max(rtt_big - rtt_small, 0.5 * rtt_big)
     meter.barrier("profile")
-    # All-reduce at the size of the conv part (capped: enough to see the bandwidth, not a memory test).
-    n_ar = min(sum(p.numel() for p in model.features.parameters()), 1 << 22)
-    buf = torch.zeros(max(n_ar, 1024), device=comm_device)
-    t_ar = _median_time(lambda: meter.all_reduce(buf, "profile"), steps, torch.device("cpu"))
-    beta_ar = 2 * (world - 1) / world * buf.numel() * 4 / max(t_ar - 2 * (world - 1) * alpha, 1e-9)
+    # The ring all-reduce's bandwidth the same way: one float, then 4-16 MB (the conv part's size).
+    n_ar = min(max(sum(p.numel() for p in model.features.parameters()), 1 << 20), 1 << 22)
+    tiny, buf = torch.zeros(1, device=comm_device), torch.zeros(n_ar, device=comm_device)
+    t_tiny = _median_time(lambda: meter.all_reduce(tiny, "profile"), reps, torch.device("cpu"))
+    t_ar = _median_time(lambda: meter.all_reduce(buf, "profile"), reps, torch.device("cpu"))
+    beta_ar = 2 * (world - 1) / world * (n_ar - 1) * 4 / max(t_ar - t_tiny, 0.5 * t_ar)
 
-    own = torch.tensor([t_c, t_f, u, alpha if rank == 0 else 0.0, beta if rank == 0 else 0.0, beta_ar],
+    own = torch.tensor([u, alpha if rank == 0 else 0.0, beta if rank == 0 else 0.0, beta_ar],
                        dtype=torch.float64, device=comm_device)
     meter.all_reduce(own, "profile")
     v = own.cpu().tolist()
     counts = model.param_counts()
-    return pm.StanzaInputs(t_c=v[0] / world, t_f=v[1] / world, a=a, p_c=counts["features"], p_f=counts["classifier"],
-                           b=b, beta=v[4], alpha=v[3], beta_allreduce=v[5] / world, u=v[2] / world)
+    return pm.StanzaInputs(t_c=t_c_at[-1], t_f=t_f_at[-1], a=a, p_c=counts["features"], p_f=counts["classifier"],
+                           b=b, beta=v[2], alpha=v[1], beta_allreduce=v[3] / world, u=v[0] / world,
+                           t_c_at=t_c_at, t_f_at=t_f_at)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,215 @@
+"""The notebooks: committed clean (no outputs, a literal ``parameters`` cell first), executed by
+papermill with small injected parameters (which must take effect), the live progress bar is a
+Jupyter widget that reaches the end, and the HTML report of ``python -m workbench.report`` carries
+every figure with its data and plotly.js inline (and renders in headless Chromium where installed).
+
+CI also runs every notebook with its default parameters under nbval:
+``pytest --nbval-lax notebooks/`` (cells marked ``# NBVAL_CHECK_OUTPUT`` are compared).
+"""
+import ast
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from omegaconf import OmegaConf
+
+from conftest import ROOT
+
+NB_DIR = ROOT / "notebooks"
+EXPECTED = ["00_quickstart", "10_parameter_server", "20_bounded_staleness", "30_stanza",
+            "40_gradient_compression", "50_tradeoff_dashboard"]
+NOTEBOOKS = sorted(NB_DIR.glob("*.ipynb"))
+
+
+def _code_cells(nb):
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def test_every_notebook_is_there():
+    assert [p.stem for p in NOTEBOOKS] == EXPECTED
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_committed_notebook_is_clean(path):
+    nb = nbformat.read(str(path), as_version=4)
+    nbformat.validate(nb)
+    for c in _code_cells(nb):
+        assert c.execution_count is None, f"{path.name}: execution count left in a cell"
+        if c.metadata.get("keep_output"):  # nbstripout keeps these: the deterministic nbval checks
+            assert "# NBVAL_CHECK_OUTPUT" in c.source
+            assert all(o.output_type == "stream" for o in c.outputs)
+        else:
+            assert c.outputs == [], f"{path.name}: outputs left in a cell:\n{c.source[:200]}"
+    first = _code_cells(nb)[0]
+    assert "parameters" in first.metadata.get("tags", []), f"{path.name}: first code cell is not tagged parameters"
+    for stmt in ast.parse(first.source).body:
+        assert isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name), \
+            f"{path.name}: parameters cell holds something other than `name = literal`: {ast.unparse(stmt)}"
+        ast.literal_eval(stmt.value)  # raises on anything but a plain literal
+
+
+def test_nbstripout_verify_passes():
+    exe = shutil.which("nbstripout", path=str(Path(sys.executable).parent)) or shutil.which("nbstripout")
+    if exe is None:
+        pytest.skip("nbstripout is not installed (pip install -e .[dev])")
+    r = subprocess.run([exe, "--verify", *map(str, NOTEBOOKS)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+# -- execution ------------------------------------------------------------------------------------
+
+def _registered():
+    from workbench.trainers import TRAINERS
+    return set(TRAINERS)
+
+
+def _execute(name, params, tmp_path):
+    import papermill as pm
+    out = tmp_path / f"{name}.out.ipynb"
+    pm.execute_notebook(str(NB_DIR / f"{name}.ipynb"), str(out), parameters=params, cwd=str(NB_DIR),
+                        kernel_name="python3", progress_bar=False)
+    return nbformat.read(str(out), as_version=4)
+
+
+def _text(nb) -> str:
+    parts = []
+    for c in _code_cells(nb):
+        for o in c.outputs:
+            parts.append(o.get("text", ""))
+            parts.extend(str(v) for k, v in o.get("data", {}).items() if k.startswith("text/"))
+    return "\n".join(parts)
+
+
+def _completed_trainers(root):
+    import workbench
+    runs = workbench.load_runs(str(root))
+    return set(runs[runs["status"] == "completed"]["trainer"]) if len(runs) else set()
+
+
+SMALL = {  # parameters that keep each notebook to a few short runs, and the trainers it then runs
+    "10_parameter_server": ({"server_counts": [1], "modes": ["sync"]}, {"sync", "ps"}),
+    "20_bounded_staleness": ({"softsync_n": [2], "lr_modulations": ["per_gradient"], "straggler_rank": -1}, {"staleness"}),
+    "30_stanza": ({"fc_workers": [1], "baselines": False}, {"stanza"}),
+    "40_gradient_compression": ({"compressors": ["none", "powersgd"]}, {"compressed"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_trainer_notebook_runs_or_skips_cleanly(name, tmp_path):
+    params, trainers = SMALL[name]
+    nb = _execute(name, {**params, "max_steps": 6, "eval_every": 3, "output_root": str(tmp_path), "progress": False},
+                  tmp_path)
+    done, text = _completed_trainers(tmp_path), _text(nb)
+    for t in trainers:
+        if t in _registered():
+            assert t in done, f"{name}: no completed {t} run\n{text[-3000:]}"
+        else:
+            assert f"trainer={t}` is not registered in this checkout yet" in text
+            assert t not in done
+
+
+@pytest.fixture(scope="module")
+def seeded_runs(tmp_path_factory):
+    """Two real runs (sync on 1 and 2 ranks) for the dashboard notebook to read."""
+    from workbench import dashboards as db
+    root = tmp_path_factory.mktemp("dash")
+    base = db.base_overrides(max_steps=8, eval_every=4, output_root=str(root), extra=["trainer.progress=false"])
+    runs, table = db.launch_variants({"W=1": ["cluster.nproc=1"], "W=2": ["cluster.nproc=2"]}, base, progress=False)
+    assert list(table["status"]) == ["completed", "completed"], table.to_dict("records")
+    return root
+
+
+def test_dashboard_notebook_reads_given_runs(seeded_runs, tmp_path):
+    nb = _execute("50_tradeoff_dashboard", {"runs_glob": f"{seeded_runs}/runs/**", "min_runs": 2,
+                                            "output_root": str(seeded_runs), "progress": False}, tmp_path)
+    text = _text(nb)
+    assert "2 completed runs match" in text
+    assert "panels with traces: 6 of 6" in text
+    assert len(list((seeded_runs / "runs").glob("*/*"))) == 2  # read, did not seed more
+    widget_views = [o for c in _code_cells(nb) for o in c.outputs
+                    if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert len(widget_views) >= 2  # the run explorer and the what-if explorer
+
+
+# -- the report command, the parameters it injects, the live bar, the HTML --------------------------
+
+@pytest.fixture(scope="module")
+def quickstart_report(tmp_path_factory):
+    """``python -m workbench.report`` on the quickstart with injected parameters (one sync run)."""
+    tmp = tmp_path_factory.mktemp("report")
+    cmd = [sys.executable, "-m", "workbench.report", str(NB_DIR / "00_quickstart.ipynb"), "--out", str(tmp / "reports"),
+           "-p", "trainers", "[sync]", "-p", "nproc", "1", "-p", "max_steps", "12", "-p", "eval_every", "6",
+           "-p", "output_root", str(tmp / "exp"), "-p", "target_accuracy", "0.5"]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    nbs = list((tmp / "reports").glob("*/*_00_quickstart.ipynb"))
+    htmls = list((tmp / "reports").glob("*/*_00_quickstart.html"))
+    assert len(nbs) == 1 and len(htmls) == 1
+    return {"dir": tmp, "nb": nbformat.read(str(nbs[0]), as_version=4), "html": htmls[0]}
+
+
+def test_injected_parameters_take_effect(quickstart_report):
+    run_dirs = list((quickstart_report["dir"] / "exp" / "runs").glob("*/*"))
+    assert len(run_dirs) == 1  # trainers=[sync]: one run, not one per registered trainer
+    cfg = OmegaConf.load(run_dirs[0] / "config.yaml")
+    assert cfg.cluster.nproc == 1 and cfg.trainer.max_steps == 12 and cfg.trainer.eval_every == 6
+    assert cfg.trainer.name == "sync"
+    assert "sync: completed" in _text(quickstart_report["nb"])
+
+
+def test_live_progress_is_a_widget_that_reaches_the_end(quickstart_report):
+    nb = quickstart_report["nb"]
+    views = [o for c in _code_cells(nb) for o in c.outputs
+             if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert any(o["data"]["text/plain"].startswith("sync small_cnn/digits x1") for o in views)
+    state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    bars = [m["state"] for m in state.values() if m["model_name"] == "FloatProgressModel"]
+    assert any(b["max"] == 12 and b["value"] == 12 for b in bars), bars
+
+
+def _figure_calls(html: str):
+    return re.findall(r'Plotly\.newPlot\(\s*"([^"]+)",\s*(\[.*?\]),\s*\{', html, flags=re.S)
+
+
+def test_report_html_holds_every_figure_with_data(quickstart_report):
+    from bs4 import BeautifulSoup
+    html = quickstart_report["html"].read_text()
+    soup = BeautifulSoup(html, "html.parser")
+    divs = [d["id"] for d in soup.select("div.plotly-graph-div")]
+    calls = dict(_figure_calls(html))
+    assert len(divs) == 5 and set(divs) == set(calls)
+    for div in divs:
+        traces = json.loads(calls[div])
+        assert traces and any(len(t.get("x", [])) or len(t.get("y", [])) for t in traces), div
+    # plotly.js itself is inline (the report opens offline), not fetched
+    assert any("plotly.js" in (s.string or "")[:2000] and len(s.string or "") > 1_000_000 for s in soup.find_all("script"))
+    assert not [s["src"] for s in soup.find_all("script", src=True) if "plotly" in s["src"]]
+    index = (quickstart_report["dir"] / "reports" / "index.html").read_text()
+    assert quickstart_report["html"].name in index
+
+
+def _chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome", "chrome", "chromium-headless-shell"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+@pytest.mark.skipif(_chromium() is None, reason="no Chromium on this machine (apt-get install chromium)")
+def test_report_renders_in_headless_chromium(quickstart_report, tmp_path):
+    """Every figure div gets plotly's SVG with drawn traces once the page's scripts have run."""
+    from bs4 import BeautifulSoup
+    r = subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=20000",
+                        f"--user-data-dir={tmp_path}", "--dump-dom", quickstart_report["html"].as_uri()],
+                       capture_output=True, text=True, timeout=180)
+    soup = BeautifulSoup(r.stdout, "html.parser")
+    divs = soup.select("div.plotly-graph-div")
+    assert len(divs) == 5, r.stderr[-2000:]
+    for d in divs:
+        assert d.select("svg.main-svg"), f"figure {d.get('id')} did not render"
+        assert d.select("g.trace, path.point, g.point"), f"figure {d.get('id')} has an empty plot area"
