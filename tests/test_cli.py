@@ -63,3 +63,31 @@ def test_torchrun_by_hand(tmp_path):
     assert len(summaries) == 1
     s = json.loads(summaries[0].read_text())
     assert s["status"] == "completed" and s["workers"] == 2 and s["steps"] == 6
+
+
+def test_two_nodes_on_loopback(tmp_path):
+    """Two elastic agents (two "nodes", one rank each) join one c10d rendezvous and train together."""
+    from workbench.launcher import free_port
+    port = free_port()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "twonodes",
+           "-m", "workbench.worker", f"output_root={tmp_path}", "cluster.nnodes=2", "cluster.nproc=1",
+           "trainer.max_steps=8", "trainer.progress=false"]
+    nodes = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [n.communicate(timeout=300) for n in nodes]
+    assert all(n.returncode == 0 for n in nodes), outs[0][1][-2000:] + outs[1][1][-2000:]
+    summaries = list((tmp_path / "runs").rglob("summary.json"))
+    assert len(summaries) == 1
+    s = json.loads(summaries[0].read_text())
+    assert s["status"] == "completed" and s["world_size"] == 2 and s["steps"] == 8
+    assert {p.name for p in (summaries[0].parent / "ranks").glob("rank?.jsonl")} == {"rank0.jsonl", "rank1.jsonl"}
+
+
+def test_busy_port_is_a_clear_error(tmp_path):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        p = cli(f"output_root={tmp_path}", f"cluster.master_port={port}")
+    assert p.returncode == 2 and "cluster.master_port" in p.stderr and "already in use" in p.stderr

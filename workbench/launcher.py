@@ -42,6 +42,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def port_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
 def _signal_name(code: int) -> str:
     try:
         return signal.Signals(-code).name
@@ -146,10 +155,14 @@ def launch(cfg: DictConfig, run_dir: Optional[os.PathLike] = None, progress: Opt
     run_dir = Path(run_dir) if run_dir is not None else runstore.new_run_dir(cfg)
     runstore.prepare(run_dir, cfg)
     c = cfg.cluster
-    if c.nnodes > 1 and not c.master_port:
+    if c.nnodes > 1:
         from workbench.config import ConfigError
-        raise ConfigError("invalid value 0 for cluster.master_port: a multi-node run needs the rendezvous "
-                          "port every node uses (cluster.master_addr:cluster.master_port of node 0)")
+        raise ConfigError(f"invalid value {c.nnodes} for cluster.nnodes: the launcher starts this machine's ranks; "
+                          "for several machines run torchrun on each node with -m workbench.worker (see README)")
+    if c.master_port and not port_free(c.master_addr, c.master_port):
+        from workbench.config import ConfigError
+        raise ConfigError(f"invalid value {c.master_port} for cluster.master_port: {c.master_addr}:{c.master_port} "
+                          "is already in use; choose another port or 0 (pick a free one)")
     endpoint = f"{c.master_addr}:{c.master_port or free_port(c.master_addr)}"
     lc = LaunchConfig(
         min_nodes=c.nnodes, max_nodes=c.nnodes, nproc_per_node=c.nproc, run_id=run_dir.name,

@@ -149,6 +149,8 @@ class RunLog:
         self.run_dir = Path(run_dir)
         self.rank = rank
         self.main = rank == 0
+        for sub in ("ranks", "system"):  # another node without a shared file system
+            (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
         self.comm = JsonlWriter(self.run_dir / "ranks" / f"rank{rank}.jsonl")
         self.metrics = JsonlWriter(self.run_dir / "metrics.jsonl") if self.main else None
         self.tb = None
