@@ -4,7 +4,6 @@ analytic what-if models on hand-computed cases, the widgets, and one real launch
 import json
 import math
 
-import numpy as np
 import pandas as pd
 import pytest
 

@@ -25,7 +25,9 @@ import workbench.trainers  # noqa: F401  (registers the trainers' config schemas
 from workbench.config import ConfigError, conf_dir
 
 
-def summary_paragraph(s: dict) -> str:
+def summary_paragraph(s) -> str:
+    if not s:
+        return "no summary yet (another rank finalises it)"
     acc = s.get("final_test_accuracy")
     sps = s.get("samples_per_s")
     bps = s.get("bytes_per_step")

@@ -75,6 +75,7 @@ class OptimConfig:
 @dataclass
 class ClusterConfig:
     name: str = "local"
+    starter: str = "elastic"  # how ranks start: elastic (torch elastic agent) | submitit (SLURM tasks) | ray
     nproc: int = 4  # processes on this machine (nproc_per_node)
     nnodes: int = 1  # machines; >1 only under torchrun on each node (see README)
     backend: str = "auto"  # auto (nccl with CUDA, else gloo) | gloo | nccl
@@ -146,11 +147,21 @@ def _check(ok: bool, key: str, value: Any, valid: str) -> None:
 
 def validate(cfg: DictConfig) -> None:
     """Check ranges and cross-field rules before launch; raise ConfigError (one line) on the first."""
+    from omegaconf.errors import OmegaConfBaseException
+    try:
+        _validate(cfg)
+    except OmegaConfBaseException as e:  # e.g. an interpolation that cannot resolve here
+        raise ConfigError(" ".join(str(e).split())) from None
+
+
+def _validate(cfg: DictConfig) -> None:
     from workbench import data as data_reg
     from workbench import models as model_reg
     from workbench import trainers as trainer_reg
 
     c = cfg.cluster
+    from workbench.starters import STARTERS
+    _check(c.starter in STARTERS, "cluster.starter", c.starter, f"choose from {', '.join(STARTERS)}")
     _check(c.nproc >= 1, "cluster.nproc", c.nproc, "must be >= 1")
     _check(c.nnodes >= 1, "cluster.nnodes", c.nnodes, "must be >= 1")
     _check(c.backend in ("auto", "gloo", "nccl"), "cluster.backend", c.backend, "choose from auto, gloo, nccl")

@@ -146,13 +146,11 @@ def accuracy_vs_time(metrics: pd.DataFrame, x: str = "time", title: Optional[str
     ev = m[m["kind"] == "eval"].sort_values(["label", x])
     colors = _color_map(ev["paradigm"])
     fig = go.Figure()
-    shown = set()
     for label, g in ev.groupby("label", sort=True):
         p = g["paradigm"].iloc[0]
         fig.add_trace(go.Scatter(x=g[x], y=g["test_accuracy"], mode="lines+markers", name=label,
                                  legendgroup=p, line={"color": colors[p]},
                                  hovertemplate=f"{label}<br>%{{x:.3g}} {'s' if x == 'time' else 'steps'}<br>accuracy %{{y:.2%}}<extra></extra>"))
-        shown.add(p)
     fig.update_layout(title=title, legend_title_text="run",
                       xaxis_title="wall-clock time (s)" if x == "time" else "optimizer steps",
                       yaxis_title="test accuracy", yaxis_tickformat=".0%")
@@ -656,14 +654,23 @@ def registered_trainers() -> List[str]:
     return list(TRAINERS)
 
 
+def project_path(path) -> Path:
+    """A relative path taken from the project root (the folder holding ``conf/``), absolute paths
+    as they are: a notebook means the same ``experiments/`` whether JupyterLab runs it from
+    ``notebooks/`` or papermill from the root."""
+    from workbench.config import conf_dir
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else conf_dir().parent / p
+
+
 def base_overrides(cluster: str = "local", nproc: int = 2, model: str = "small_cnn", data: str = "digits",
                    max_steps: int = 60, eval_every: int = 20, output_root: str = "experiments",
                    extra: Sequence[str] = ()) -> List[str]:
     """The overrides every notebook starts from: its ``cluster``/``nproc``/``model``/``data``
-    parameters, a step budget, and where runs go."""
+    parameters, a step budget, and where runs go (``output_root``, relative to the project root)."""
     return [f"cluster={cluster}", f"cluster.nproc={nproc}", f"model={model}", f"data={data}",
-            f"trainer.max_steps={max_steps}", f"trainer.eval_every={eval_every}", f"output_root={output_root}",
-            *extra]
+            f"trainer.max_steps={max_steps}", f"trainer.eval_every={eval_every}",
+            f"output_root={project_path(output_root)}", *extra]
 
 
 def _trainer_of(overrides: Sequence[str]) -> Optional[str]:

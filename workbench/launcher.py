@@ -145,32 +145,15 @@ def launch(cfg: DictConfig, run_dir: Optional[os.PathLike] = None, progress: Opt
     ``check``: raise :class:`RunFailed` if the run fails or diverges (else return the failed Run).
     Raises :class:`~workbench.config.ConfigError` before starting anything if ``cfg`` is invalid.
     """
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
     from workbench.runs import Run
+    from workbench.starters import STARTERS
 
     validate(cfg)
+    starter = STARTERS[cfg.cluster.starter]()
+    starter.check(cfg)
     run_dir = Path(run_dir) if run_dir is not None else runstore.new_run_dir(cfg)
     runstore.prepare(run_dir, cfg)
     c = cfg.cluster
-    if c.nnodes > 1:
-        from workbench.config import ConfigError
-        raise ConfigError(f"invalid value {c.nnodes} for cluster.nnodes: the launcher starts this machine's ranks; "
-                          "for several machines run torchrun on each node with -m workbench.worker (see README)")
-    if c.master_port and not port_free(c.master_addr, c.master_port):
-        from workbench.config import ConfigError
-        raise ConfigError(f"invalid value {c.master_port} for cluster.master_port: {c.master_addr}:{c.master_port} "
-                          "is already in use; choose another port or 0 (pick a free one)")
-    endpoint = f"{c.master_addr}:{c.master_port or free_port(c.master_addr)}"
-    lc = LaunchConfig(
-        min_nodes=c.nnodes, max_nodes=c.nnodes, nproc_per_node=c.nproc, run_id=run_dir.name,
-        rdzv_backend="c10d", rdzv_endpoint=endpoint,
-        rdzv_configs={"join_timeout": int(c.timeout_s), "read_timeout": int(c.timeout_s)},
-        max_restarts=c.max_restarts, monitor_interval=c.monitor_interval_s, start_method="spawn",
-        logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL),
-    )
     show = cfg.trainer.progress if progress is None else progress
     bar = _Progress(run_dir, f"{cfg.trainer.name} {cfg.model.name}/{cfg.data.name} x{c.nproc * c.nnodes}") if show else None
     old_env = os.environ.get("WORKBENCH_LAUNCHER")
@@ -181,9 +164,7 @@ def launch(cfg: DictConfig, run_dir: Optional[os.PathLike] = None, progress: Opt
     if bar:
         bar.start()
     try:
-        elastic_launch(lc, sys.executable)("-m", "workbench.worker", "--run-dir", str(run_dir))
-    except ChildFailedError as e:
-        error = describe_failure(run_dir, e.failures)
+        error = starter.start(cfg, run_dir)
     except KeyboardInterrupt:
         error = {"error": "interrupted (KeyboardInterrupt)", "failed_rank": None}
     except Exception as e:  # rendezvous or agent failures: no rank ran
@@ -196,6 +177,10 @@ def launch(cfg: DictConfig, run_dir: Optional[os.PathLike] = None, progress: Opt
         else:
             os.environ["WORKBENCH_LAUNCHER"] = old_env
     run = Run(run_dir)
+    if not starter.finalises():
+        if error is not None and check:
+            raise RunFailed(f"run failed: {error['error']} (run dir: {run_dir})", run)
+        return run
     summary = run.summary or {}
     if error is not None:
         status = "diverged" if summary.get("status") == "diverged" else "failed"

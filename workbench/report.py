@@ -8,8 +8,8 @@ standalone HTML report (plotly.js inlined: it opens offline) under ``experiments
 
 Parameter values are read as YAML (``-p nproc 4`` is an int, ``-p trainers '[sync, ps]'`` a list,
 ``-p model vgg16`` a string), as papermill's own ``-p`` does. A notebook runs with its own folder as
-working directory, as in JupyterLab, so its relative paths (``../experiments``) mean the same in
-both. Output: ``<out>/<date>/<time>_<notebook>.ipynb`` and ``.html`` plus ``<out>/index.html``
+working directory, as in JupyterLab (its ``output_root``/``runs_glob`` parameters are relative to the
+project root wherever it runs). Output: ``<out>/<date>/<time>_<notebook>.ipynb`` and ``.html`` plus ``<out>/index.html``
 linking every report written there. Exit status: 0 if every notebook ran, 1 if any cell failed (its
 partial notebook and HTML are still written, with the error).
 """

@@ -92,7 +92,10 @@ def main(argv=None) -> int:
     if info.rank == 0:
         runstore.write_json(run_dir / "summary.json", {**summary, "run_dir": str(run_dir)})
     if code == 0:
-        # Shut down only after a clean finish; after a failure the peers may already be gone.
+        # Shut down only after a clean finish (after a failure the peers may already be gone), and
+        # only when every rank has written its totals, so whoever finalises the summary sees them.
+        import torch.distributed as dist
+        dist.barrier()
         wdist.shutdown()
     return code
 

@@ -4,10 +4,11 @@
     python -m workbench.ps.bench time       # time to a target accuracy, with and without a straggler
     python -m workbench.ps.bench all --out experiments/bench/ps
 
-``bytes``: ``trainer=ps mode=sync`` and ``trainer=sync`` for a few steps on each model; measured is
-rank 0's metered traffic per step (sent + received, training categories only), analytic is
-2·M for the PS (push M, pull M) and 2·2(N−1)/N·M for the ring all-reduce (sent + received), M the
-model's bytes and N the workers.
+``bytes``: ``trainer=ps mode=sync`` (N workers + 1 server) and ``trainer=sync`` (N ranks) for 3 steps
+on each model; measured is worker rank 0's metered traffic per training step (from
+``ranks/rank0.jsonl``), sent and received apart; analytic is M each way for the PS (push M, pull M:
+2·M in all) and 2(N−1)/N·M each way for the ring all-reduce, M the model's bytes. The PS headers
+(``ps_control``, 32 bytes per server each way) are shown apart.
 
 ``time``: λ = 3 workers + 1 server on the digits (4 processes), the protocols of ``trainer=ps`` and
 ``trainer=staleness`` next to ``trainer=sync``; each run evaluates every 10 steps and reports the
@@ -43,32 +44,36 @@ def _launch(overrides, out: Path):
     return workbench.launch(cfg, progress=False, check=False)
 
 
-def _row_bytes(run, label, workers):
-    s = run.summary
-    steps = max(1, s["steps"])
-    tot = json.loads((run.path / "ranks" / "rank0_totals.json").read_text())["comm"]
-    train = {k: v for k, v in tot.items() if k not in ("eval", "ps_final")}
-    measured = sum(v["sent"] + v["recv"] for k, v in train.items() if k != "ps_control") / steps
-    control = sum(v["sent"] + v["recv"] for k, v in train.items() if k == "ps_control") / steps
-    return {"run": label, "workers": workers, "status": s["status"], "measured_B_per_step": measured,
-            "control_B_per_step": control}
+def _per_step(run, rank=0):
+    """Mean bytes per training step of one rank, from its ranks/rank<r>.jsonl step records:
+    (payload sent, payload received, control sent + received)."""
+    recs = [json.loads(l) for l in (run.path / "ranks" / f"rank{rank}.jsonl").read_text().splitlines()]
+    recs = [r for r in recs if "step" in r and r.get("role") != "server"]
+    n = max(1, len(recs))
+    sent = sum(c["sent"] for r in recs for k, c in r["comm"].items() if k != "ps_control") / n
+    recv = sum(c["recv"] for r in recs for k, c in r["comm"].items() if k != "ps_control") / n
+    ctrl = sum(c["sent"] + c["recv"] for r in recs for k, c in r["comm"].items() if k == "ps_control") / n
+    return sent, recv, ctrl
 
 
-def bench_bytes(out: Path, models=("small_cnn", "resnet18")):
+def bench_bytes(out: Path, models=("small_cnn", "resnet18"), workers: int = 3):
+    import torch
     rows = []
     for model in models:
         data = ["data=digits"] if model == "small_cnn" else ["data=synthetic", "data.num_samples=64", "data.batch_size=4"]
-        for label, ov, nproc in [("ps sync", ["trainer=ps", "trainer.mode=sync"], 4), ("sync all-reduce", ["trainer=sync"], 3)]:
+        for label, ov, nproc in [("ps sync (1 server)", ["trainer=ps", "trainer.mode=sync"], workers + 1),
+                                 ("sync all-reduce", ["trainer=sync"], workers)]:
             run = _launch(ov + data + [f"model={model}", f"cluster.nproc={nproc}", "trainer.max_steps=3",
                                        "trainer.eval_every=1000"], out)
-            import torch
             M = sum(v.numel() * v.element_size() for v in torch.load(run.path / "model.pt", weights_only=True).values())
-            n = 3
-            analytic = 2 * M if label == "ps sync" else 2 * (2 * (n - 1) * M // n)
-            r = _row_bytes(run, label, n)
-            r.update(model=model, model_bytes=M, analytic_B_per_step=analytic)
-            rows.append(r)
-    cols = ["model", "run", "workers", "model_bytes", "measured_B_per_step", "analytic_B_per_step", "control_B_per_step", "status"]
+            per_dir = M if label.startswith("ps") else 2 * (workers - 1) * M // workers
+            sent, recv, ctrl = _per_step(run)
+            rows.append({"model": model, "run": label, "workers": workers, "model_bytes": M,
+                         "sent_B_per_step": sent, "analytic_sent_B_per_step": per_dir,
+                         "recv_B_per_step": recv, "analytic_recv_B_per_step": per_dir,
+                         "control_B_per_step": ctrl, "status": run.summary["status"]})
+    cols = ["model", "run", "workers", "model_bytes", "sent_B_per_step", "analytic_sent_B_per_step",
+            "recv_B_per_step", "analytic_recv_B_per_step", "control_B_per_step", "status"]
     return cols, rows
 
 
@@ -100,7 +105,7 @@ def bench_time(out: Path, target: float, delay: float, max_steps: int):
 def table(cols, rows) -> str:
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
-        lines.append("| " + " | ".join("" if r.get(c) is None else (f"{r[c]:,.0f}" if isinstance(r.get(c), float) and c.endswith("B_per_step") else str(r[c])) for c in cols) + " |")
+        lines.append("| " + " | ".join("" if r.get(c) is None else (f"{r[c]:,.0f}" if c.endswith("bytes") or c.endswith("B_per_step") else str(r[c])) for c in cols) + " |")
     return "\n".join(lines)
 
 

@@ -377,7 +377,7 @@ class StanzaTrainer(Trainer):
         h = self.ddp(x)
         act = h.detach().to(self.comm_device).contiguous()
         sends = [self.meter.isend(act, self.fc_peer, "activations", TAG_ACT),
-                 self.meter.isend(y.to(self.comm_device).contiguous(), self.fc_peer, "labels", TAG_LABELS)]
+                 self.meter.isend(y.to(self.comm_device, torch.int64).contiguous(), self.fc_peer, "labels", TAG_LABELS)]
         grad = self.meter.irecv(self.grad_buf, self.fc_peer, "activation_grads", TAG_GRAD)
         loss = self.meter.irecv(self.loss_buf, self.fc_peer, "loss", TAG_LOSS)
         grad.wait()
