@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup demo test test-fast bench bench-overhead lab clean-runs
+.PHONY: setup demo test bench-overhead gpu-check lab clean-runs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,9 @@ test: setup                        ## the whole test suite
 
 bench-overhead: setup              ## trainer=sync vs a hand-written DDP script -> BENCHMARKS.md
 	$(BIN)/python -m workbench.bench.overhead --write
+
+gpu-check: setup                   ## every trainer a few steps on this machine's GPUs (PASS/FAIL, samples/s)
+	$(BIN)/python -m workbench.bench.gpu_check
 
 lab: setup                         ## JupyterLab on the notebooks
 	$(BIN)/jupyter lab notebooks/

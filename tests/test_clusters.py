@@ -37,6 +37,8 @@ def test_slurm_outside_a_job_is_a_clear_error(tmp_path):
 def test_ray_train_on_a_local_ray(tmp_path):
     ray = pytest.importorskip("ray")  # part of the dev extras; absent only in a minimal install
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    # a loaded 2-core machine can take longer than the default 15 s to start the dashboard agent
+    os.environ.setdefault("RAY_agent_register_timeout_ms", "180000")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         import workbench

@@ -38,6 +38,8 @@ def _metrics(runs: pd.DataFrame) -> pd.DataFrame:
 def test_labels_name_paradigm_and_are_unique():
     r = _runs()
     assert list(r["paradigm"]) == ["sync", "sync", "sync", "ps", "compressed/powersgd"]
+    assert db.paradigm_of({"cfg.trainer.name": "ps", "cfg.trainer.mode": "async", "cfg.compressor.name": "none"}) == "ps/async"
+    assert db.paradigm_of({"cfg.trainer.name": "staleness", "cfg.trainer.protocol": "softsync"}) == "staleness/softsync"
     assert r["label"].is_unique
     assert r.loc[0, "label"] == "sync W=1"
     # the two sync W=2 runs collide and get their run names appended

@@ -152,3 +152,14 @@ def test_measured_staleness_never_exceeds_the_bound(run_overrides, on_stale):
     for r in recs:  # the histogram and mean per evaluation interval are in metrics.jsonl
         assert len(r["staleness_hist"]) <= s + 1 and 0 <= r["staleness_mean"] <= s
         assert r["updates"] >= 0 and "updates_per_s" in r
+
+
+@pytest.mark.parametrize("trainer", [
+    ["trainer=ps"],
+    ["trainer=ps", "trainer.mode=async"],
+    ["trainer=staleness", "trainer.n=1"],
+    ["trainer=staleness", "trainer.n=3", "trainer.lr_modulation=per_gradient", "trainer.max_staleness=4"],
+])
+def test_converges_on_digits_with_4_processes(run_overrides, trainer):
+    run = launch_run(run_overrides + trainer + ["cluster.nproc=4", "trainer.max_steps=300", "trainer.eval_every=100"])
+    assert run.summary["final_test_accuracy"] >= 0.85, run.summary["final_test_accuracy"]

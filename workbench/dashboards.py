@@ -13,8 +13,8 @@ only in a notebook, so pytest covers all of it (tests/test_dashboards.py).
     db.whatif_curves(db.profile_model(cfg)).show()        # analytic what-if curves
 
 Conventions: times in seconds of wall-clock since the first step, throughput in samples/s, bytes in
-MiB (2**20). A run is labelled by its *paradigm*: the trainer's name, plus the compressor where one
-is set (``compressed/powersgd``). Only completed runs are plotted unless ``completed_only=False``.
+MiB (2**20). A run is labelled by its *paradigm*: the trainer's name, qualified by its mode or
+protocol and its compressor where it has them (``ps/async``, ``compressed/powersgd``). Only completed runs are plotted unless ``completed_only=False``.
 
 The what-if curves use the small analytic models at the end of this file (ring all-reduce with
 overlap, sharded parameter server, Stanza's throughput model from PAPERS.md §2, compression per
@@ -42,13 +42,18 @@ COLORS = px.colors.qualitative.Plotly
 # ---------------------------------------------------------------------------------------------
 # Loading and labelling runs
 
+PARADIGM_KEYS = ("cfg.trainer.mode", "cfg.trainer.protocol", "cfg.compressor.name")  # qualifiers, where set
+
+
 def paradigm_of(row) -> str:
-    """``trainer`` or ``trainer/compressor`` (a compressor other than ``none``)."""
-    trainer = row.get("cfg.trainer.name") or row.get("trainer") or "?"
-    comp = row.get("cfg.compressor.name")
-    if isinstance(comp, str) and comp and comp != "none":
-        return f"{trainer}/{comp}"
-    return str(trainer)
+    """The trainer's name qualified by its mode/protocol and compressor where it has them
+    (``ps/async``, ``staleness/softsync``, ``compressed/powersgd``; ``sync``)."""
+    name = str(row.get("cfg.trainer.name") or row.get("trainer") or "?")
+    for key in PARADIGM_KEYS:
+        v = row.get(key)
+        if isinstance(v, str) and v and v != "none":
+            name += f"/{v}"
+    return name
 
 
 def label_runs(runs: pd.DataFrame, by: Optional[Sequence[str]] = None) -> pd.DataFrame:
@@ -298,7 +303,7 @@ def pareto_front(runs: pd.DataFrame, x: str = "samples_per_s", y: str = "final_t
     return fig
 
 
-def metric_histogram(metrics: pd.DataFrame, column_contains: str = "staleness") -> go.Figure:
+def metric_histogram(metrics: pd.DataFrame, column_contains: str = "staleness", xaxis_title: Optional[str] = None) -> go.Figure:
     """Histogram of a per-step quantity recorded by a trainer, e.g. gradient staleness τ. Columns
     holding a histogram (a ``{value: count}`` dict or a list of counts per value) are summed over the
     records of each run; plain numeric columns are histogrammed directly."""
@@ -321,7 +326,7 @@ def metric_histogram(metrics: pd.DataFrame, column_contains: str = "staleness") 
             fig.add_trace(go.Bar(x=ks, y=[counts[k] for k in ks], name=label))
         else:
             fig.add_trace(go.Histogram(x=g[col], name=label, opacity=0.7))
-    fig.update_layout(title=title, barmode="overlay", xaxis_title=col, yaxis_title="count", legend_title_text="run")
+    fig.update_layout(title=title, barmode="group", xaxis_title=xaxis_title or col, yaxis_title="count", legend_title_text="run")
     return fig
 
 

@@ -56,8 +56,16 @@ def _per_step(run, rank=0):
     return sent, recv, ctrl
 
 
+def _param_bytes(run) -> int:
+    """The bytes of the model's parameters (what the PS and the all-reduce move; not BN buffers)."""
+    from workbench import data as data_mod
+    from workbench.models import build_model
+    cfg = run.config
+    model = build_model(cfg, data_mod.DATASETS[cfg.data.name].spec(cfg.data))
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
 def bench_bytes(out: Path, models=("small_cnn", "resnet18"), workers: int = 3):
-    import torch
     rows = []
     for model in models:
         data = ["data=digits"] if model == "small_cnn" else ["data=synthetic", "data.num_samples=64", "data.batch_size=4"]
@@ -65,7 +73,7 @@ def bench_bytes(out: Path, models=("small_cnn", "resnet18"), workers: int = 3):
                                  ("sync all-reduce", ["trainer=sync"], workers)]:
             run = _launch(ov + data + [f"model={model}", f"cluster.nproc={nproc}", "trainer.max_steps=3",
                                        "trainer.eval_every=1000"], out)
-            M = sum(v.numel() * v.element_size() for v in torch.load(run.path / "model.pt", weights_only=True).values())
+            M = _param_bytes(run)
             per_dir = M if label.startswith("ps") else 2 * (workers - 1) * M // workers
             sent, recv, ctrl = _per_step(run)
             rows.append({"model": model, "run": label, "workers": workers, "model_bytes": M,
@@ -93,11 +101,14 @@ def bench_time(out: Path, target: float, delay: float, max_steps: int):
                          "status": s["status"], "time_to_target_s": round(hit["time"], 2) if hit else None,
                          "steps_to_target": hit["step"] if hit else None,
                          "final_acc": round(s.get("final_test_accuracy") or 0, 4), "wall_s": round(s.get("train_time_s", 0), 2),
+                         # every gradient any worker computed (PS), or every step's global batch (sync), per second of rank 0's loop
+                         "samples_per_s": round((ps["gradients"] * s["batch_per_worker"] if ps else s["samples"]) / s["train_time_s"])
+                         if s.get("train_time_s") else None,
                          "updates_per_s": round(ps["updates_per_s"], 1) if ps.get("updates_per_s") else None,
                          "mean_tau": round(ps["staleness_mean"], 2) if ps else None,
                          "max_tau": ps.get("staleness_max") if ps else None,
                          "tau_hist": " ".join(map(str, ps.get("staleness_hist", []))) if ps else ""})
-    cols = ["protocol", "straggler", "time_to_target_s", "steps_to_target", "final_acc", "wall_s", "updates_per_s",
+    cols = ["protocol", "straggler", "time_to_target_s", "steps_to_target", "final_acc", "wall_s", "samples_per_s", "updates_per_s",
             "mean_tau", "max_tau", "tau_hist", "status"]
     return cols, rows
 

@@ -13,6 +13,11 @@ One exchange, worker -> every server s:
 Posting the receives before the sends means a server's reply never waits on a worker that is
 still sending to another server, so no cycle of blocking sends can form with several servers.
 
+At the end every worker sends ``DONE``; rank 0 then polls each server with ``FINAL``, answered
+``PENDING`` while other workers still train and, once all are done, with the final weights
+(category ``ps_final``) and the server's statistics. Polling keeps every receive within the
+timeout however far behind a straggler is.
+
 Categories: ``grad_push`` (gradients up; EASGD pushes parameters as ``param_push``), ``param_pull``
 (parameters down) and ``ps_control`` (the 32-byte headers, clocks and statistics), so the payload
 categories hold exactly the model's bytes. Every wait has the meter's timeout (``cluster.timeout_s``).
@@ -23,6 +28,7 @@ the gradient's staleness on arrival of the update.
 """
 from __future__ import annotations
 
+import time
 from typing import List, Optional, Sequence
 
 import torch
@@ -37,7 +43,7 @@ PUSH, PULL, DONE, STATS, FINAL = 1, 2, 3, 4, 5
 TAG_HDR, TAG_DATA, TAG_REPLY_HDR, TAG_REPLY_DATA, TAG_STATS = 11, 12, 13, 14, 15
 HEADER = 4  # int64 fields per header
 # reply status (reply header[1])
-APPLIED, DROPPED = 0, 1
+APPLIED, DROPPED, PENDING = 0, 1, 2  # PENDING: other workers still run (final poll)
 CONTROL = "ps_control"
 FINAL_CATEGORY = "ps_final"  # the end-of-run pull of the final weights (not a training step)
 
@@ -106,29 +112,33 @@ class PSClient:
         """Each server's statistics vector (float64, ``length`` long; see ServerLoop.stats)."""
         return self._exchange(STATS, 0, None, reply=True, reply_len=[length] * len(self.servers))
 
-    def done(self, into: Optional[Sequence[torch.Tensor]] = None, stats_len: int = S.LENGTH) -> List[torch.Tensor]:
-        """Tell the servers this worker has finished. With ``into``, wait until every worker has
-        finished and receive the final parameters and each server's final statistics (rank 0
-        does this, to save ``model.pt``)."""
+    def done(self, into: Optional[Sequence[torch.Tensor]] = None, stats_len: int = S.LENGTH,
+             poll_s: float = 0.05) -> List[torch.Tensor]:
+        """Tell the servers this worker has finished. With ``into`` (rank 0, to save ``model.pt``),
+        then poll each server until every worker has finished and receive the final parameters and
+        the server's final statistics. Polling, rather than one long wait, keeps every receive
+        under the meter's timeout however long the slowest worker still needs."""
+        self._exchange(DONE, 0, None, reply=False)
         if into is None:
-            self._exchange(DONE, 0, None, reply=False)
             return []
-        works, hdrs, stats = [], [], []
+        stats = []
         for s, rank in enumerate(self.servers):
-            h = torch.zeros(HEADER, dtype=torch.int64)
-            hdrs.append(h)
-            works.append(self.meter.irecv(h, rank, CONTROL, TAG_REPLY_HDR, self.group))
+            while True:
+                h = torch.zeros(HEADER, dtype=torch.int64)
+                w = self.meter.irecv(h, rank, CONTROL, TAG_REPLY_HDR, self.group)
+                self.meter.isend(header(FINAL), rank, CONTROL, TAG_HDR, self.group).wait()
+                w.wait()
+                if int(h[1]) != PENDING:
+                    break
+                time.sleep(poll_s)
+            works = []
             if self.pull_bufs[s].numel():
                 works.append(self.meter.irecv(self.pull_bufs[s], rank, FINAL_CATEGORY, TAG_REPLY_DATA, self.group))
             st = torch.zeros(stats_len, dtype=torch.float64)
-            stats.append(st)
             works.append(self.meter.irecv(st, rank, CONTROL, TAG_STATS, self.group))
-        keep = [header(FINAL) for _ in self.servers]
-        for s, rank in enumerate(self.servers):
-            works.append(self.meter.isend(keep[s], rank, CONTROL, TAG_HDR, self.group))
-        for w in works:
-            w.wait()
-        for s in range(len(self.servers)):
-            self.timestamps[s] = int(hdrs[s][0])
+            for w in works:
+                w.wait()
+            self.timestamps[s] = int(h[0])
             self.layout.unflatten_into(self.pull_bufs[s], into, s)
+            stats.append(st)
         return stats

@@ -30,11 +30,12 @@ Reply = Tuple[int, int, torch.Tensor]
 class ServerLoop:
     def __init__(self, meter: Meter, rule, worker_ranks: Sequence[int], group=None,
                  push_category: str = "grad_push", pull_category: str = "param_pull",
-                 on_message: Optional[Callable[[int], None]] = None) -> None:
+                 on_message: Optional[Callable[[int], None]] = None, expect_final: bool = True) -> None:
         self.meter, self.rule, self.group = meter, rule, group
         self.workers = list(worker_ranks)
         self.push_category, self.pull_category = push_category, pull_category
         self.on_message = on_message  # called with the rule's update count (fault injection)
+        self.expect_final = expect_final
 
     def _send(self, replies: List[Reply]) -> None:
         works = []
@@ -47,14 +48,33 @@ class ServerLoop:
             w.wait()
 
     def run(self) -> None:
+        """Serve until every worker is done and, if ``expect_final``, one of them has polled for and
+        received the final weights (rank 0, which saves them)."""
         rule, g = self.rule, self.group
         active = set(self.workers)
-        final: List[int] = []
+        finished = False
         n = rule.params.numel()
-        while active:
+        while active or (self.expect_final and not finished):
             hdr = torch.zeros(P.HEADER, dtype=torch.int64)
             sender = self.meter.recv(hdr, None, P.CONTROL, P.TAG_HDR, g)
             kind, ts = int(hdr[0]), int(hdr[1])
+            if kind == P.FINAL:
+                if sender not in self.workers or sender in active:
+                    raise RuntimeError(f"rank {sender} asked for the final weights before saying it is done")
+                if active:  # others still train: say so; the poller asks again
+                    self.meter.send(P.header(rule.timestamp, P.PENDING), sender, P.CONTROL, P.TAG_REPLY_HDR, g)
+                    continue
+                rule.finish()
+                finished = True
+                h = P.header(rule.timestamp, P.APPLIED)
+                works = [self.meter.isend(h, sender, P.CONTROL, P.TAG_REPLY_HDR, g)]
+                if n:
+                    works.append(self.meter.isend(rule.params, sender, P.FINAL_CATEGORY, P.TAG_REPLY_DATA, g))
+                vec = rule.stats.tensor()
+                works.append(self.meter.isend(vec, sender, P.CONTROL, P.TAG_STATS, g))
+                for wk in works:
+                    wk.wait()
+                continue
             if sender not in active:
                 raise RuntimeError(f"server got message kind {kind} from rank {sender}, which is not an active worker")
             if kind == P.PUSH:
@@ -72,23 +92,13 @@ class ServerLoop:
                 w2 = self.meter.isend(vec, sender, P.CONTROL, P.TAG_REPLY_DATA, g)
                 w1.wait(), w2.wait()
                 replies = []
-            elif kind in (P.DONE, P.FINAL):
+            elif kind == P.DONE:
                 active.discard(sender)
-                if kind == P.FINAL:
-                    final.append(sender)
                 replies = rule.on_done(sender)
             else:
                 raise RuntimeError(f"unknown message kind {kind} from rank {sender}")
             self._send(replies)
             if self.on_message is not None:
                 self.on_message(int(rule.stats.v["updates"]))
-        rule.finish()
-        for w in final:
-            h = P.header(rule.timestamp, P.APPLIED)
-            works = [self.meter.isend(h, w, P.CONTROL, P.TAG_REPLY_HDR, g)]
-            if n:
-                works.append(self.meter.isend(rule.params, w, P.FINAL_CATEGORY, P.TAG_REPLY_DATA, g))
-            vec = rule.stats.tensor()
-            works.append(self.meter.isend(vec, w, P.CONTROL, P.TAG_STATS, g))
-            for wk in works:
-                wk.wait()
+        if not finished:
+            rule.finish()

@@ -66,6 +66,7 @@ class PSTrainer(Trainer):
         self.group = None
         self.ps_stats: Optional[torch.Tensor] = None
         self._last_stats: Optional[torch.Tensor] = None
+        self.steps_done = 0
 
     def run(self) -> dict:
         if self.info.backend == "nccl":
@@ -146,13 +147,10 @@ class PSTrainer(Trainer):
     def _log_server(self, vec: torch.Tensor, final: bool = False) -> None:
         rec = S.summarize(S.interval(vec, self._last_stats), len(self.server_ranks))
         self._last_stats = vec
-        self.log.log({"kind": "server", "step": self._step_hint(), "final": final, **rec})
-
-    def _step_hint(self) -> int:
-        return int(self.log_step) if hasattr(self, "log_step") else 0
+        self.log.log({"kind": "server", "step": self.steps_done, "final": final, **rec})
 
     def train_step(self, x, y):
-        self.log_step = getattr(self, "log_step", 0) + 1
+        self.steps_done += 1  # the base loop's step, for the server records
         return self.worker_step(x, y)
 
     def worker_step(self, x, y):

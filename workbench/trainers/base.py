@@ -83,6 +83,12 @@ class Trainer:
     def validate(cls, cfg: DictConfig) -> None:
         """Trainer-specific checks; raise workbench.config.ConfigError."""
 
+    @classmethod
+    def smoke_overrides(cls, nproc: int) -> list:
+        """Overrides that make a few-step run of this trainer valid with ``nproc`` ranks (used by
+        ``make gpu-check``); e.g. a parameter server needs a server rank besides the workers."""
+        return []
+
     # -- construction ------------------------------------------------------------------------------
     def __init__(self, cfg: DictConfig, info: DistInfo, meter: Meter, log: RunLog) -> None:
         self.cfg, self.info, self.meter, self.log = cfg, info, meter, log

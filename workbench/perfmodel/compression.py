@@ -1,0 +1,293 @@
+"""When does gradient compression pay? The iteration-time model of Agarwal et al. (MLSys'22;
+PAPERS.md §4), extended to all-gather compressors, and its calibration from measured runs.
+
+Synchronous SGD (DDP) overlaps the all-reduce of k buckets with the backward pass:
+
+    T_iter = T_other + max[ λ·T_comp , Σ_i T_comm(b_i, p, BW) ]
+    ring all-reduce:  T_comm(b, p, BW) = 2α(p−1) + 2·b·(p−1)/(p·BW)
+
+with T_comp the backward compute time, λ ≥ 1 the overlap inefficiency, T_other what lies outside
+the overlap window (forward, optimizer, data). With compression (our extension, as in PAPERS.md):
+b is replaced by the compressed payload b_c, T_encode + T_decode are added outside the max, and
+all-gather compressors cost ``T_comm = (p−1)α + (p−1)·b_c/BW``; a compressor needing m collectives
+per bucket (PowerSGD: P, Q and the uncompressed tensors) pays m latencies.
+
+Compression pays off at bandwidth BW when its T_iter is below synchronous SGD's; since
+compression's extra cost (encode/decode) does not shrink with bandwidth while its saving does,
+there is one crossover bandwidth below which it pays (:func:`crossover_bandwidth`).
+
+Calibration (:func:`calibrate`): from a ``trainer=compressed compressor=none`` run with
+``trainer.calibrate_steps > 0`` (T_comp from backward passes without communication, α and BW per
+collective from timed all-reduces and all-gathers, bucket sizes, T_other, λ), plus, per compressor,
+a run of it (payload bytes per bucket, collectives per bucket, encode/decode time).
+
+    python -m workbench.perfmodel.compression <baseline run dir> <compressed run dir> ... [--gbps 1 10]
+
+Units: bytes, seconds, bytes per second (1 Gbps = 1.25e8 B/s).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+from dataclasses import dataclass, field, replace
+from typing import Dict, List, Optional, Sequence
+
+GBPS = 1.25e8  # bytes per second in one gigabit per second
+
+
+# ---------------------------------------------------------------------------------------------
+# Collective costs
+
+def allreduce_time(nbytes: float, p: int, bandwidth: float, latency: float = 0.0, messages: float = 1.0) -> float:
+    """Ring all-reduce of ``nbytes`` over ``p`` workers: 2α(p−1) per message + 2b(p−1)/(p·BW)."""
+    if p <= 1:
+        return 0.0
+    return messages * 2 * latency * (p - 1) + 2 * nbytes * (p - 1) / (p * bandwidth)
+
+
+def allgather_time(nbytes: float, p: int, bandwidth: float, latency: float = 0.0, messages: float = 1.0) -> float:
+    """Ring all-gather of ``nbytes`` from each of ``p`` workers: (p−1)α per message + (p−1)b/BW."""
+    if p <= 1:
+        return 0.0
+    return messages * (p - 1) * latency + (p - 1) * nbytes / bandwidth
+
+
+COLLECTIVE_TIME = {"allreduce": allreduce_time, "allgather": allgather_time}
+
+
+@dataclass(frozen=True)
+class Network:
+    """α and BW of each collective (they differ in practice: calibrate both)."""
+
+    bandwidth: float  # bytes/s (all-reduce)
+    latency: float = 0.0  # α: seconds per message (all-reduce)
+    allgather_bandwidth: Optional[float] = None  # default: bandwidth
+    allgather_latency: Optional[float] = None  # default: latency
+
+    def of(self, collective: str):
+        if collective == "allgather":
+            return (self.allgather_bandwidth or self.bandwidth,
+                    self.latency if self.allgather_latency is None else self.allgather_latency)
+        return self.bandwidth, self.latency
+
+    def at(self, bandwidth: float) -> "Network":
+        """The same network at another bandwidth (all collectives scaled alike)."""
+        ratio = (self.allgather_bandwidth or self.bandwidth) / self.bandwidth
+        return replace(self, bandwidth=bandwidth, allgather_bandwidth=bandwidth * ratio)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One model on one cluster, what synchronous SGD sees."""
+
+    backward_s: float  # T_comp: backward compute time without communication
+    bucket_bytes: Sequence[float]  # dense bytes of each DDP bucket, in launch order
+    workers: int  # p
+    other_s: float = 0.0  # T_other: forward, optimizer, data loading (outside the overlap window)
+    overlap: float = 1.0  # λ >= 1: how much slower backward runs while communicating
+
+
+@dataclass(frozen=True)
+class Compression:
+    """What a compressor changes: its payloads, collective and encode/decode time."""
+
+    name: str
+    collective: str  # allreduce | allgather
+    payload_bytes: Sequence[float]  # per bucket, this worker's payload
+    encode_s: float = 0.0  # per step, all buckets
+    decode_s: float = 0.0
+    messages: Sequence[float] = field(default_factory=tuple)  # collectives per bucket (default 1 each)
+
+    @property
+    def ratio(self) -> float:
+        return math.nan  # needs the dense sizes: see compression_ratio()
+
+
+def compression_ratio(work: Workload, comp: Compression) -> float:
+    total = sum(comp.payload_bytes)
+    return sum(work.bucket_bytes) / total if total else math.inf
+
+
+def comm_times(work: Workload, net: Network, comp: Optional[Compression] = None) -> List[float]:
+    """T_comm of each bucket."""
+    if comp is None:
+        bw, lat = net.of("allreduce")
+        return [allreduce_time(b, work.workers, bw, lat) for b in work.bucket_bytes]
+    bw, lat = net.of(comp.collective)
+    fn = COLLECTIVE_TIME[comp.collective]
+    msgs = list(comp.messages) or [1.0] * len(comp.payload_bytes)
+    return [fn(b, work.workers, bw, lat, m) for b, m in zip(comp.payload_bytes, msgs)]
+
+
+def iteration_time(work: Workload, net: Network, comp: Optional[Compression] = None) -> float:
+    """T_iter = T_other + max(λ·T_comp, Σ T_comm) (+ T_encode + T_decode with a compressor)."""
+    t = work.other_s + max(work.overlap * work.backward_s, sum(comm_times(work, net, comp)))
+    if comp is not None:
+        t += comp.encode_s + comp.decode_s
+    return t
+
+
+def speedup(work: Workload, net: Network, comp: Compression) -> float:
+    """Synchronous SGD's iteration time over the compressed one (> 1: compression pays)."""
+    return iteration_time(work, net) / iteration_time(work, net, comp)
+
+
+def crossover_bandwidth(work: Workload, net: Network, comp: Compression, lo: float = 1e3, hi: float = 1e13,
+                        points: int = 400) -> Optional[float]:
+    """The bandwidth (bytes/s; latencies as in ``net``) below which ``comp`` beats synchronous SGD
+    and above which it does not. ``None`` if the verdict is the same over all of [lo, hi]:
+    ``math.inf`` is returned instead when compression pays everywhere in that range."""
+    gain = lambda bw: iteration_time(work, net.at(bw)) - iteration_time(work, net.at(bw), comp)  # noqa: E731
+    grid = [lo * (hi / lo) ** (i / (points - 1)) for i in range(points)]
+    signs = [gain(b) > 0 for b in grid]
+    if all(signs):
+        return math.inf
+    if not any(signs):
+        return None
+    last = max(i for i, s in enumerate(signs) if s)  # the highest bandwidth where compression still pays
+    if last == points - 1:
+        return math.inf
+    a, b = grid[last], grid[last + 1]
+    for _ in range(100):
+        mid = math.sqrt(a * b)
+        if gain(mid) > 0:
+            a = mid
+        else:
+            b = mid
+    return math.sqrt(a * b)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    pays_off: bool
+    speedup: float
+    sync_s: float
+    compressed_s: float
+    crossover_bandwidth: Optional[float]  # bytes/s; compression pays below it
+
+
+def utility(work: Workload, net: Network, comp: Compression, bandwidth: Optional[float] = None) -> Verdict:
+    """Will ``comp`` pay off at ``bandwidth`` (default: the network's), and below which bandwidth does it?"""
+    n = net.at(bandwidth) if bandwidth else net
+    ts, tc = iteration_time(work, n), iteration_time(work, n, comp)
+    return Verdict(tc < ts, ts / tc, ts, tc, crossover_bandwidth(work, net, comp))
+
+
+# ---------------------------------------------------------------------------------------------
+# Calibration from runs
+
+def fit_collective(samples: Sequence[dict], collective: str, p: int):
+    """(bandwidth, latency) from timed collectives ``[{collective, bytes, seconds}]`` by least
+    squares on seconds = A + B·bytes, read through the collective's cost formula."""
+    pts = [(s["bytes"], s["seconds"]) for s in samples if s["collective"] == collective]
+    if not pts or p <= 1:
+        return None
+    if len(pts) == 1:
+        x, y = pts[0]
+        a, b = 0.0, y / x
+    else:
+        mx = statistics.fmean(x for x, _ in pts)
+        my = statistics.fmean(y for _, y in pts)
+        sxx = sum((x - mx) ** 2 for x, _ in pts)
+        b = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else 0.0
+        a = my - b * mx
+        if b <= 0:  # times do not grow with size: all latency
+            b, a = 1e-15, my
+        if a < 0:  # a negative intercept: refit through the origin
+            a, b = 0.0, sum(x * y for x, y in pts) / sum(x * x for x, _ in pts)
+    if collective == "allreduce":
+        return 2 * (p - 1) / (p * b), a / (2 * (p - 1))
+    return (p - 1) / b, a / (p - 1)
+
+
+def _median(values) -> float:
+    v = [x for x in values if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return statistics.median(v) if v else math.nan
+
+
+def _steady_records(run, skip: int) -> List[dict]:
+    return [r for r in run.records() if r.get("kind") == "train" and r["step"] > skip]
+
+
+def measured_step_s(run) -> float:
+    """Median step time over the steps after the run's profile_skip."""
+    c = run.summary["compression"]
+    return _median(r["step_time"] for r in _steady_records(run, c["profile_skip"]))
+
+
+def calibrate(baseline_run) -> tuple:
+    """(Workload, Network) from a ``compressor=none`` run with ``trainer.calibrate_steps > 0``."""
+    from workbench.runs import Run
+    run = baseline_run if isinstance(baseline_run, Run) else Run(baseline_run)
+    c = run.summary["compression"]
+    cal = c.get("calibration")
+    if not cal:
+        raise ValueError(f"{run.path}: no calibration; rerun with trainer.calibrate_steps=3")
+    p = c["world"]
+    ar = fit_collective(cal["collectives"], "allreduce", p) or (math.inf, 0.0)
+    ag = fit_collective(cal["collectives"], "allgather", p) or ar
+    net = Network(bandwidth=ar[0], latency=ar[1], allgather_bandwidth=ag[0], allgather_latency=ag[1])
+    recs = _steady_records(run, c["profile_skip"])
+    step = _median(r["step_time"] for r in recs)
+    backward = _median(r["backward_ms"] / 1e3 for r in recs)
+    buckets = [b["dense_bytes"] for b in c["buckets"]]
+    work = Workload(backward_s=cal["backward_compute_s"], bucket_bytes=buckets, workers=p, other_s=step - backward)
+    comm = sum(comm_times(work, net))
+    # λ: backward took longer than its compute alone, and more than the network explains
+    overlap = backward / work.backward_s if backward > comm and work.backward_s > 0 else 1.0
+    return replace(work, overlap=max(1.0, overlap)), net
+
+
+def compression_of(run) -> Compression:
+    """The compressor's payloads, collectives and encode/decode time, measured in ``run``."""
+    from workbench.runs import Run
+    run = run if isinstance(run, Run) else Run(run)
+    c = run.summary["compression"]
+    bs = c["buckets"]
+    return Compression(name=c["compressor"]["name"], collective=c["collective"],
+                       payload_bytes=[b["payload_bytes"] for b in bs], messages=[b["messages"] for b in bs],
+                       encode_s=sum(b["encode_s"] for b in bs), decode_s=sum(b["decode_s"] for b in bs))
+
+
+def predict(baseline_run, runs: Sequence, bandwidths_gbps: Sequence[float] = ()) -> List[dict]:
+    """Per run: measured vs predicted iteration time on this network, ratio, crossover bandwidth
+    and the predicted speed-up at each of ``bandwidths_gbps``."""
+    from workbench.runs import Run
+    work, net = calibrate(baseline_run)
+    rows = []
+    for r in runs:
+        run = r if isinstance(r, Run) else Run(r)
+        comp = compression_of(run)
+        is_none = comp.name == "none"
+        pred = iteration_time(work, net, None if is_none else comp)
+        meas = measured_step_s(run)
+        cross = None if is_none else crossover_bandwidth(work, net, comp)
+        row = {"compressor": comp.name, "collective": comp.collective, "ratio": compression_ratio(work, comp),
+               "encode_decode_ms": 1e3 * (comp.encode_s + comp.decode_s), "measured_ms": 1e3 * meas,
+               "predicted_ms": 1e3 * pred, "error": pred / meas - 1 if meas else math.nan,
+               "crossover_gbps": None if cross is None else cross / GBPS}
+        for g in bandwidths_gbps:
+            row[f"speedup@{g:g}Gbps"] = 1.0 if is_none else speedup(work, net.at(g * GBPS), comp)
+        rows.append(row)
+    return rows
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m workbench.perfmodel.compression", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("baseline", help="run dir of trainer=compressed compressor=none trainer.calibrate_steps>0")
+    ap.add_argument("runs", nargs="+", help="run dirs of compressed runs (same model, data, nproc)")
+    ap.add_argument("--gbps", type=float, nargs="*", default=[1.0, 10.0], help="bandwidths to predict speed-ups at")
+    args = ap.parse_args(argv)
+    work, net = calibrate(args.baseline)
+    print(f"calibrated: T_comp {1e3 * work.backward_s:.1f} ms, T_other {1e3 * work.other_s:.1f} ms, λ {work.overlap:.2f}, "
+          f"{len(work.bucket_bytes)} buckets ({sum(work.bucket_bytes) / 2**20:.2f} MiB), p {work.workers}; "
+          f"all-reduce {net.bandwidth / GBPS:.2f} Gbps α {1e6 * net.latency:.0f} µs; "
+          f"all-gather {net.of('allgather')[0] / GBPS:.2f} Gbps α {1e6 * net.of('allgather')[1]:.0f} µs")
+    for row in predict(args.baseline, args.runs, args.gbps):
+        print("  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+
+
+if __name__ == "__main__":
+    main()
