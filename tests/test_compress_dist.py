@@ -268,3 +268,22 @@ def test_powersgd_run_records_compression_metrics(run_overrides):
     s = run.summary["compression"]
     assert s["buckets"] and s["buckets"][0]["steps"] == 3 and s["calibration"]["backward_compute_s"] > 0
     assert {c["collective"] for c in s["calibration"]["collectives"]} == {"allreduce", "allgather"}
+
+
+@pytest.mark.timeout(400)
+def test_compressor_state_survives_a_restart(run_overrides):
+    """A rank killed mid-run restarts from the checkpoint (PowerSGD's P, Q, residuals and random
+    state, the hook's step) and ends with the uninterrupted run's parameters."""
+    common = run_overrides + ["cluster.nproc=2", "trainer=compressed", "compressor=powersgd", "compressor.rank=2",
+                              "compressor.start_iter=2", "trainer.max_steps=8", "trainer.eval_every=100",
+                              "checkpoint.every=3", "data.batch_size=8"]
+    ref_run = launch_run(common + ["name=ref"])
+    hit = launch_run(common + ["name=killed", "cluster.max_restarts=1", "cluster.kill_rank=1", "cluster.kill_at_step=5"])
+    assert hit.summary["status"] == "completed" and hit.summary["resumed_from_step"] == 3
+    state = torch.load(next((hit.path / "checkpoints").rglob("rank0.pt")), weights_only=True)
+    comp = state["trainer"]["compressor"]
+    assert comp["step"] >= 3 and comp["compressor"]["q"] and comp["compressor"]["errors"]
+    a = torch.load(ref_run.path / "model.pt", weights_only=True)
+    b = torch.load(hit.path / "model.pt", weights_only=True)
+    for k in a:
+        assert torch.equal(a[k], b[k]), k

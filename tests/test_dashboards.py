@@ -248,6 +248,15 @@ def test_whatif_explorer_follows_its_sliders():
     assert "Gbit/s" in ex.note.value
 
 
+def test_variant_overrides_win_and_groups_come_first():
+    base = db.base_overrides(cluster="local", nproc=2, output_root="/tmp/x")
+    out = db._order(base, ["trainer.mode=async", "trainer=ps", "cluster=local_gpu", "cluster.nproc=5"])
+    groups = [o for o in out if db._is_group(o)]
+    assert out[:len(groups)] == groups  # every group choice before every key
+    assert groups.index("cluster=local_gpu") > groups.index("cluster=local")  # the variant's choice wins
+    assert out.index("cluster.nproc=5") > out.index("cluster.nproc=2") and out[-1] == "cluster.nproc=5"
+
+
 # -- real runs ----------------------------------------------------------------------------------------
 
 def test_launch_variants_runs_skips_and_plots_real_runs(tmp_path):

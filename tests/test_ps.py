@@ -59,7 +59,8 @@ def _exact_sums(rank, world, servers, hardsync, steps):
         rule = GradientRule(torch.zeros(layout.numel(s)), workers, hardsync=hardsync, c=1,
                             make_optimizer=lambda ps: torch.optim.SGD(ps, lr=1.0), lr_fn=lambda step: 1.0)
         ServerLoop(meter, rule, workers).run()
-        return {"server": s, "params": rule.params.clone(), "updates": rule.stats.v["updates"]}
+        # plain lists: a tensor put on the result queue would be shared with a process about to exit
+        return {"server": s, "params": rule.params.tolist(), "updates": rule.stats.v["updates"]}
     client = PSClient(meter, layout, server_ranks)
     params = [torch.zeros(s) for s in SHAPES]
     grads = [torch.full(s, float(rank + 1)) for s in SHAPES]
@@ -70,7 +71,7 @@ def _exact_sums(rank, world, servers, hardsync, steps):
         client.done(final)
     else:
         client.done()
-    return {"final": final, "comm": meter.totals()}
+    return {"final": [t.tolist() for t in final], "comm": meter.totals()}
 
 
 @pytest.mark.parametrize("hardsync", [False, True])
@@ -81,10 +82,11 @@ def test_exact_sums_over_two_servers(hardsync):
     total = steps * sum(r + 1 for r in range(workers))  # every gradient, added once
     expected = -(total / workers if hardsync else total)  # hardsync averages one per worker per update
     for o in out[workers:]:
-        assert torch.equal(o["params"], torch.full_like(o["params"], expected))
+        assert o["params"] and all(v == expected for v in o["params"])  # exact, not approximately
         assert o["updates"] == (steps if hardsync else steps * workers)
-    for t in out[0]["final"]:
-        assert torch.equal(t, torch.full_like(t, expected))
+    for t, shape in zip(out[0]["final"], SHAPES):
+        t = torch.tensor(t)
+        assert t.shape == torch.Size(shape) and torch.equal(t, torch.full_like(t, expected))
     model_bytes = sum(torch.Size(s).numel() for s in SHAPES) * 4
     for o in out[:workers]:
         assert o["comm"]["grad_push"]["sent"] == steps * model_bytes
@@ -134,7 +136,7 @@ def _cfg(overrides):
 
 
 @pytest.mark.parametrize("overrides,key", [
-    (["trainer=ps", "cluster.nproc=4", "trainer.num_servers=4"], "trainer.num_servers"),
+    (["trainer=ps", "cluster.nproc=4", "trainer.num_servers=4"], "cluster.nproc"),  # the core: no worker left
     (["trainer=ps", "cluster.nproc=2", "trainer.num_servers=0"], "trainer.num_servers"),
     (["trainer=ps", "trainer.mode=bsp"], "trainer.mode"),
     (["trainer=staleness", "cluster.nproc=4", "trainer.n=4"], "trainer.n"),
@@ -142,7 +144,8 @@ def _cfg(overrides):
     (["trainer=staleness", "trainer.max_staleness=-1"], "trainer.max_staleness"),
     (["trainer=staleness", "trainer.lr_modulation=sqrt"], "trainer.lr_modulation"),
     (["trainer=staleness", "trainer.on_stale=wait"], "trainer.on_stale"),
-    (["trainer=ps", "cluster.nproc=3", "data.global_batch_size=64"], "data.global_batch_size"),
+    (["trainer=ps", "cluster.nproc=4", "data.global_batch_size=64"], "data.global_batch_size"),  # 3 workers, not 4
+    (["trainer=ps", "checkpoint.every=10"], "checkpoint.every"),
 ])
 def test_invalid_configs_rejected_before_launch(overrides, key):
     with pytest.raises(ConfigError) as e:

@@ -190,3 +190,15 @@ def test_converges_on_digits(tmp_path):
     s = run.summary
     assert s["status"] == "completed"
     assert s["final_test_accuracy"] >= 0.90, s["final_test_accuracy"]
+
+
+def test_dead_fc_worker_fails_the_run_naming_it(tmp_path):
+    """Killing the FC worker mid-run ends the run with its rank named, instead of CONV workers
+    waiting forever for their activation gradients."""
+    from workbench.launcher import RunFailed
+    with pytest.raises(RunFailed) as e:
+        launch_run([f"output_root={tmp_path}", "trainer.progress=false", "cluster.timeout_s=30",
+                    "trainer=stanza", "cluster.nproc=3", "trainer.fc_workers=1", "trainer.max_steps=50",
+                    "cluster.kill_rank=2", "cluster.kill_at_step=2"])
+    s = e.value.run.summary
+    assert s["status"] == "failed" and s["failed_rank"] == 2 and "SIGKILL" in s["error"]

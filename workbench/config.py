@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -94,6 +94,17 @@ class ClusterConfig:
 
 
 @dataclass
+class NetworkConfig:
+    name: str = "loopback"  # loopback: plain local run | emulated: one network namespace per rank, shaped links
+    starter: Optional[str] = None  # a network that starts ranks its own way (emulated: one agent per namespace)
+    bandwidth: str = "1gbit"  # emulated: each node's link rate, both directions (tc units: kbit, mbit, gbit)
+    latency: str = "0ms"  # emulated: one-way delay added on each node's egress (tc netem)
+    jitter: str = "0ms"  # emulated: delay variation (tc netem)
+    node_bandwidth: Dict[str, str] = field(default_factory=dict)  # emulated: per-node rate overrides {"2": "100mbit"}
+    subnet: str = "10.213.0"  # emulated: private /24 for the run's namespaces (<subnet>.1 is node 0)
+
+
+@dataclass
 class CheckpointConfig:
     every: int = 0  # save every N steps (0: never); a restarted or resumed run continues from the newest
     keep: int = 2  # newest checkpoints kept per rank (>= 2, so a crash while saving loses nothing)
@@ -111,6 +122,7 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
 
 
 _STORE = ConfigStore.instance()
@@ -162,6 +174,12 @@ def _validate(cfg: DictConfig) -> None:
     c = cfg.cluster
     from workbench.starters import STARTERS
     _check(c.starter in STARTERS, "cluster.starter", c.starter, f"choose from {', '.join(STARTERS)}")
+    n = cfg.network
+    _check(n.name in ("loopback", "emulated"), "network.name", n.name, "choose from loopback, emulated")
+    _check(n.starter is None or n.starter in STARTERS, "network.starter", n.starter, f"choose from {', '.join(STARTERS)}")
+    if n.name == "emulated":
+        from workbench.network import check_config
+        check_config(cfg)
     _check(c.nproc >= 1, "cluster.nproc", c.nproc, "must be >= 1")
     _check(c.nnodes >= 1, "cluster.nnodes", c.nnodes, "must be >= 1")
     _check(c.backend in ("auto", "gloo", "nccl"), "cluster.backend", c.backend, "choose from auto, gloo, nccl")

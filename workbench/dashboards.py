@@ -685,9 +685,20 @@ def _trainer_of(overrides: Sequence[str]) -> Optional[str]:
     return None
 
 
+def _is_group(o: str) -> bool:
+    return "=" in o and "." not in o.split("=", 1)[0]
+
+
+def _order(base: List[str], variant: List[str]) -> List[str]:
+    """Group choices first (base, then the variant's, which win), then keys (base, then variant):
+    ``trainer.*`` keys must come after ``trainer=ps`` for Hydra to apply them to it."""
+    return ([o for o in base if _is_group(o)] + [o for o in variant if _is_group(o)]
+            + [o for o in base if not _is_group(o)] + [o for o in variant if not _is_group(o)])
+
+
 def launch_variants(variants: Dict[str, Sequence[str]], base: Sequence[str] = (), progress: bool = True):
-    """Compose and launch each variant (``{name: overrides}``, applied after ``base``; trainer group
-    choices such as ``trainer=ps`` go first so that ``trainer.*`` keys apply to it).
+    """Compose and launch each variant (``{name: overrides}``, applied after ``base``; group choices
+    such as ``trainer=ps`` go before every key so that ``trainer.*`` keys apply to it).
 
     Returns ``(runs, table)``: the completed :class:`~workbench.runs.Run` objects and one row per
     variant with its status — ``completed``, ``failed`` (the run's error) or ``skipped`` (its trainer
@@ -699,9 +710,7 @@ def launch_variants(variants: Dict[str, Sequence[str]], base: Sequence[str] = ()
     trainers = set(registered_trainers())
     runs, rows = [], []
     for name, ov in variants.items():
-        ov = list(ov)
-        groups = [o for o in ov if "=" in o and "." not in o.split("=", 1)[0]]
-        overrides = groups + list(base) + [o for o in ov if o not in groups]
+        overrides = _order(list(base), list(ov))
         t = _trainer_of(overrides) or "sync"
         if t not in trainers:
             rows.append({"variant": name, "status": "skipped", "run_dir": None,

@@ -149,7 +149,7 @@ def launch(cfg: DictConfig, run_dir: Optional[os.PathLike] = None, progress: Opt
     from workbench.starters import STARTERS
 
     validate(cfg)
-    starter = STARTERS[cfg.cluster.starter]()
+    starter = STARTERS[cfg.network.starter or cfg.cluster.starter]()
     starter.check(cfg)
     run_dir = Path(run_dir) if run_dir is not None else runstore.new_run_dir(cfg)
     runstore.prepare(run_dir, cfg)

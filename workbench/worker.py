@@ -66,6 +66,9 @@ def main(argv=None) -> int:
     if run_dir is None:
         run_dir = _share_run_dir(cfg, info.rank)
 
+    if os.environ.get("WORKBENCH_NODE") is not None:  # emulated network: which namespace this rank is in
+        runstore.write_json(run_dir / "ranks" / f"rank{info.rank}_node.json",
+                            {"rank": info.rank, "node": int(os.environ["WORKBENCH_NODE"])})
     meter = Meter(cfg.cluster.timeout_s)
     log = runstore.RunLog(run_dir, info.rank)
     mon = SystemMonitor(run_dir / "system" / f"rank{info.rank}.jsonl", info.rank,

@@ -171,11 +171,15 @@ class PowerSGD(Compressor):
 
     def state_dict(self) -> dict:
         cp = lambda d: {k: v.detach().cpu().clone() for k, v in d.items()}  # noqa: E731
-        return {"rng": self.rng.get_state(), "p": cp(self.p_memory), "q": cp(self.q_memory), "errors": cp(self.errors)}
+        _, keys, pos, has_gauss, gauss = self.rng.get_state()
+        rng = {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos), "has_gauss": int(has_gauss),
+               "gauss": float(gauss)}  # tensors and numbers only: checkpoints load with weights_only
+        return {"rng": rng, "p": cp(self.p_memory), "q": cp(self.q_memory), "errors": cp(self.errors)}
 
     def load_state_dict(self, state: dict) -> None:
         if "rng" in state:
-            self.rng.set_state(state["rng"])
+            r = state["rng"]
+            self.rng.set_state(("MT19937", r["keys"].numpy().astype(np.uint32), r["pos"], r["has_gauss"], r["gauss"]))
         self.p_memory = {int(k): v.clone() for k, v in state.get("p", {}).items()}
         self.q_memory = {int(k): v.clone() for k, v in state.get("q", {}).items()}
         self.errors = {int(k): v.clone() for k, v in state.get("errors", {}).items()}

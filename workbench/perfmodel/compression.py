@@ -178,24 +178,17 @@ def utility(work: Workload, net: Network, comp: Compression, bandwidth: Optional
 # Calibration from runs
 
 def fit_collective(samples: Sequence[dict], collective: str, p: int):
-    """(bandwidth, latency) from timed collectives ``[{collective, bytes, seconds}]`` by least
-    squares on seconds = A + B·bytes, read through the collective's cost formula."""
-    pts = [(s["bytes"], s["seconds"]) for s in samples if s["collective"] == collective]
+    """(bandwidth, latency) from timed collectives ``[{collective, bytes, seconds}]``: the line
+    seconds = A + B·bytes through the smallest and the largest message (robust to the noise of a
+    shared machine in between), read through the collective's cost formula."""
+    pts = sorted((s["bytes"], s["seconds"]) for s in samples if s["collective"] == collective)
     if not pts or p <= 1:
         return None
-    if len(pts) == 1:
-        x, y = pts[0]
-        a, b = 0.0, y / x
-    else:
-        mx = statistics.fmean(x for x, _ in pts)
-        my = statistics.fmean(y for _, y in pts)
-        sxx = sum((x - mx) ** 2 for x, _ in pts)
-        b = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else 0.0
-        a = my - b * mx
-        if b <= 0:  # times do not grow with size: all latency
-            b, a = 1e-15, my
-        if a < 0:  # a negative intercept: refit through the origin
-            a, b = 0.0, sum(x * y for x, y in pts) / sum(x * x for x, _ in pts)
+    (xs, ys), (xl, yl) = pts[0], pts[-1]
+    b = (yl - ys) / (xl - xs) if xl > xs else 0.0
+    a = ys - b * xs
+    if b <= 0 or a < 0:  # no usable slope: charge everything to bandwidth
+        a, b = 0.0, yl / xl
     if collective == "allreduce":
         return 2 * (p - 1) / (p * b), a / (2 * (p - 1))
     return (p - 1) / b, a / (p - 1)
@@ -216,8 +209,13 @@ def measured_step_s(run) -> float:
     return _median(r["step_time"] for r in _steady_records(run, c["profile_skip"]))
 
 
-def calibrate(baseline_run) -> tuple:
-    """(Workload, Network) from a ``compressor=none`` run with ``trainer.calibrate_steps > 0``."""
+def calibrate(baseline_run, in_situ: bool = True) -> tuple:
+    """(Workload, Network) from a ``compressor=none`` run with ``trainer.calibrate_steps > 0``.
+
+    α and BW come from the timed collectives; with ``in_situ`` the all-reduce bandwidth is then
+    re-read from the buckets' own communication time during training (which competes with backward
+    for CPU and memory bandwidth, and is what the compressed runs will see), and the all-gather
+    bandwidth is scaled by the same factor."""
     from workbench.runs import Run
     run = baseline_run if isinstance(baseline_run, Run) else Run(baseline_run)
     c = run.summary["compression"]
@@ -227,12 +225,19 @@ def calibrate(baseline_run) -> tuple:
     p = c["world"]
     ar = fit_collective(cal["collectives"], "allreduce", p) or (math.inf, 0.0)
     ag = fit_collective(cal["collectives"], "allgather", p) or ar
+    buckets = c["buckets"]
+    if in_situ and p > 1 and buckets:
+        wire = sum(2 * b["dense_bytes"] * (p - 1) / p for b in buckets)
+        t = sum(b["comm_s"] for b in buckets) - len(buckets) * 2 * ar[1] * (p - 1)
+        if t > 0 and wire > 0:
+            scale = (wire / t) / ar[0]
+            ar, ag = (wire / t, ar[1]), (ag[0] * scale, ag[1])
     net = Network(bandwidth=ar[0], latency=ar[1], allgather_bandwidth=ag[0], allgather_latency=ag[1])
     recs = _steady_records(run, c["profile_skip"])
     step = _median(r["step_time"] for r in recs)
     backward = _median(r["backward_ms"] / 1e3 for r in recs)
-    buckets = [b["dense_bytes"] for b in c["buckets"]]
-    work = Workload(backward_s=cal["backward_compute_s"], bucket_bytes=buckets, workers=p, other_s=step - backward)
+    work = Workload(backward_s=cal["backward_compute_s"], bucket_bytes=[b["dense_bytes"] for b in buckets], workers=p,
+                    other_s=step - backward)
     comm = sum(comm_times(work, net))
     # λ: backward took longer than its compute alone, and more than the network explains
     overlap = backward / work.backward_s if backward > comm and work.backward_s > 0 else 1.0

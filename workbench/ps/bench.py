@@ -3,6 +3,7 @@
     python -m workbench.ps.bench bytes      # bytes per worker per step: PS vs all-reduce, measured vs analytic
     python -m workbench.ps.bench time       # time to a target accuracy, with and without a straggler
     python -m workbench.ps.bench all --out experiments/bench/ps
+    python -m workbench.ps.bench bytes --models vgg16 --workers 2   # VGG-16 on 32x32 synthetic: ~8 GB of RAM
 
 ``bytes``: ``trainer=ps mode=sync`` (N workers + 1 server) and ``trainer=sync`` (N ranks) for 3 steps
 on each model; measured is worker rank 0's metered traffic per training step (from
@@ -68,7 +69,8 @@ def _param_bytes(run) -> int:
 def bench_bytes(out: Path, models=("small_cnn", "resnet18"), workers: int = 3):
     rows = []
     for model in models:
-        data = ["data=digits"] if model == "small_cnn" else ["data=synthetic", "data.num_samples=64", "data.batch_size=4"]
+        data = ["data=digits"] if model in ("small_cnn", "lenet5") else \
+            ["data=synthetic", "data.num_samples=64", "data.batch_size=2", "model.dropout=0"]
         for label, ov, nproc in [("ps sync (1 server)", ["trainer=ps", "trainer.mode=sync"], workers + 1),
                                  ("sync all-reduce", ["trainer=sync"], workers)]:
             run = _launch(ov + data + [f"model={model}", f"cluster.nproc={nproc}", "trainer.max_steps=3",
@@ -129,12 +131,13 @@ def main(argv=None) -> None:
     p.add_argument("--delay", type=float, default=0.05, help="straggler's extra seconds per step")
     p.add_argument("--max-steps", type=int, default=300)
     p.add_argument("--models", default="small_cnn,resnet18", help="models for the bytes table")
+    p.add_argument("--workers", type=int, default=3, help="workers of the bytes runs (the PS adds one server)")
     a = p.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     jobs = []
     if a.what in ("bytes", "all"):
-        jobs.append(("bytes", lambda: bench_bytes(out, tuple(a.models.split(",")))))
+        jobs.append(("bytes", lambda: bench_bytes(out, tuple(a.models.split(",")), a.workers)))
     if a.what in ("time", "all"):
         jobs.append(("time", lambda: bench_time(out, a.target, a.delay, a.max_steps)))
     for name, job in jobs:

@@ -57,6 +57,14 @@ class PSTrainer(Trainer):
         if not 1 <= s < world:
             raise ConfigError(f"invalid value {s!r} for trainer.num_servers: must be in [1, {world - 1}] "
                               f"(cluster.nproc x cluster.nnodes = {world} ranks, and at least one must be a worker)")
+        ck = cfg.get("checkpoint")
+        if ck is not None and ck.every > 0:
+            raise ConfigError(f"invalid value {ck.every!r} for checkpoint.every: trainer {cfg.trainer.name} does not "
+                              "checkpoint its servers' shards yet; use 0")
+
+    @classmethod
+    def smoke_overrides(cls, nproc: int) -> list:
+        return ["trainer.num_servers=1"] + (["cluster.nproc=2"] if nproc < 2 else [])
 
     def __init__(self, cfg, info, meter, log) -> None:
         super().__init__(cfg, info, meter, log)

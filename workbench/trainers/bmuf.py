@@ -85,6 +85,17 @@ class BMUFTrainer(Trainer):
     def eval_model(self):
         return self.global_model
 
+    def state_dict(self) -> dict:
+        # base: the global model W and the local optimizer; a block in progress needs the rest
+        return {**super().state_dict(), "local": self.model.state_dict(), "delta": self.delta.clone(),
+                "local_steps": self.local_steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.model.load_state_dict(state["local"])
+        self.delta.copy_(state["delta"])
+        self.local_steps = int(state["local_steps"])
+
     def sync_block(self) -> None:
         avg = parameters_to_vector(self.model.parameters()).detach().clone()
         self.meter.all_reduce(avg, "allreduce")

@@ -142,12 +142,15 @@ class CompressedTrainer(SyncTrainer):
         }
         return summary
 
-    def compressor_state_dict(self) -> dict:
-        """The compressor's checkpoint: residuals, PowerSGD's P/Q and RNG, step counter."""
-        return self.hook_state.state_dict()
+    def state_dict(self) -> dict:
+        """Model and optimizer, plus the compressor's state: residuals, PowerSGD's P/Q and RNG, the
+        hook's step counter (so a resumed run compresses exactly as the uninterrupted one)."""
+        return {**super().state_dict(), "compressor": self.hook_state.state_dict()}
 
-    def load_compressor_state_dict(self, state: dict) -> None:
-        self.hook_state.load_state_dict(state)
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        if "compressor" in state:
+            self.hook_state.load_state_dict(state["compressor"])
 
 
 def build_optimizer_for(trainer):

@@ -139,16 +139,16 @@ def boundary_floats(model: SplitModel, spec, device) -> int:
 # ---------------------------------------------------------------------------------------------
 # Profiling: the measured inputs of the performance model, on the real cluster
 
-def _median_time(fn, steps: int, device) -> float:
+def _median_time(fn, steps: int, device, warmup: bool = True) -> float:
     times = []
-    for i in range(steps + 1):  # the first call warms up allocators and kernels
+    for i in range(steps + int(warmup)):  # a first call warms up allocators and kernels
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
         fn()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        if i:
+        if i or not warmup:
             times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
@@ -176,12 +176,14 @@ def profile(model: SplitModel, spec, b: int, a: int, meter, device, comm_device,
         h = torch.randn(b, a, device=device, requires_grad=True)
         F.cross_entropy(model.classifier(h), y).backward()
 
+    conv()  # warm-up, once: the levels below are timed without one
+    fc()
     levels = torch.zeros(2 * world, dtype=torch.float64)
     for k in range(1, world + 1):
         for j, fn in enumerate((conv, fc)):
             meter.barrier("profile")
             if rank < k:
-                levels[j * world + k - 1] = _median_time(fn, steps, device) / b
+                levels[j * world + k - 1] = _median_time(fn, steps, device, warmup=False) / b
     meter.barrier("profile")
     levels = meter.all_reduce(levels.to(comm_device), "profile").cpu() / torch.arange(1, world + 1).repeat(2)
     t_c_at, t_f_at = tuple(levels[:world].tolist()), tuple(levels[world:].tolist())
@@ -474,6 +476,10 @@ class StanzaTrainer(Trainer):
                          "prediction_error": (steady / pred - 1) if (pred and steady) else None,
                          **self.baselines})
         summary["stanza"] = info
+        if self.rank == 0 and self.inputs is not None:
+            print(f"stanza: {self.n_c} CONV + {self.n_f} FC workers: predicted {info['predicted_samples_per_s'] or float('nan'):.1f} "
+                  f"samples/s, measured {steady or float('nan'):.1f} (steady), "
+                  f"{summary.get('samples_per_s') or float('nan'):.1f} (all steps)", flush=True)
         return summary
 
 
