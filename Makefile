@@ -20,7 +20,7 @@ demo: setup                        ## the default job: sync DDP, small CNN, digi
 	$(BIN)/python -m workbench
 
 test: setup                        ## the whole test suite
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 bench-overhead: setup              ## trainer=sync vs a hand-written DDP script -> BENCHMARKS.md
 	$(BIN)/python -m workbench.bench.overhead --write

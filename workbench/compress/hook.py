@@ -64,7 +64,7 @@ class CompressionHookState:
     """State of :func:`compression_hook` (``__slots__``, like torch's hook states); its
     :meth:`state_dict` is the compressor's checkpoint (residuals, PowerSGD's Q, step counter)."""
 
-    __slots__ = ("compressor", "meter", "channel", "rank", "world", "step", "seed", "_executor", "_lock",
+    __slots__ = ("compressor", "meter", "channel", "rank", "world", "step", "seed", "passthrough", "_executor", "_lock",
                  "_step_stats", "_buckets", "_threads")
 
     def __init__(self, compressor: Compressor, meter: Meter, group=None, seed: int = 0) -> None:
@@ -74,6 +74,7 @@ class CompressionHookState:
         self.world = dist.get_world_size(group)
         self.step = 0
         self.seed = seed
+        self.passthrough = False  # plain all-reduce that leaves the compressor and counters alone
         self._threads = torch.get_num_threads()
         # One thread: buckets are reduced in DDP's order, the same on every rank.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compress",
@@ -87,6 +88,8 @@ class CompressionHookState:
         return {"encode_s": 0.0, "decode_s": 0.0, "comm_s": 0.0, "payload_bytes": 0, "dense_bytes": 0, "buckets": 0}
 
     def reduce_bucket(self, buf: torch.Tensor, info: BucketInfo, last: bool) -> torch.Tensor:
+        if self.passthrough:
+            return self.meter.all_reduce(buf.div_(self.world), "setup")
         ch = self.channel
         ch.reset()
         dense = nbytes(buf)

@@ -66,6 +66,7 @@ class CompressedTrainer(SyncTrainer):
         self.compressor = build_compressor(self.cfg.compressor, self.rank, self.info.world_size, self.cfg.seed)
         self.hook_state = CompressionHookState(self.compressor, self.meter, seed=self.cfg.seed)
         self.ddp.register_comm_hook(self.hook_state, compression_hook)
+        self.settle_buckets()
         self.optimizer = build_optimizer_for(self)
         self._steps_done = 0
         self._times = {}
@@ -88,6 +89,26 @@ class CompressedTrainer(SyncTrainer):
         if self._steps_done == self.cfg.trainer.profile_skip:
             self.hook_state.reset_profile()
         return {**self.hook_state.pop_stats(), **self._times}
+
+    def settle_buckets(self) -> None:
+        """One backward pass on a zero batch, all-reduced plainly, then everything restored.
+
+        DDP lays its buckets out in parameter order, then rebuilds them in the order gradients
+        became ready during the first backward. Compressor state (residuals, PowerSGD's Q) is laid
+        out like its bucket, so a run resumed from a checkpoint must see the same layout as the
+        run that wrote it: doing the first backward here makes every training step, fresh or
+        resumed, use the rebuilt layout."""
+        saved = copy.deepcopy(self.model.state_dict())
+        rng = torch.get_rng_state()
+        x = torch.zeros(2, self.spec.channels, self.spec.image_size, self.spec.image_size, device=self.device)
+        self.hook_state.passthrough = True
+        try:
+            self.ddp(x).sum().backward()  # DDP rebuilds at the start of the next forward, before step 0
+        finally:
+            self.hook_state.passthrough = False
+        self.model.zero_grad(set_to_none=True)
+        self.model.load_state_dict(saved)
+        torch.set_rng_state(rng)
 
     # -- calibration of the performance model --------------------------------------------------------
     def calibrate(self) -> dict:
