@@ -29,7 +29,7 @@ def test_every_option_composes(group, tmp_path):
     opts = group_options(group)
     assert opts, f"conf/{group}/ is empty"
     for opt in opts:
-        overrides = [f"{group}={opt}"]
+        overrides = [f"{group}={opt}"] + (["trainer=compressed"] if group == "compressor" else [])
         cfg = workbench.compose(overrides)
         assert OmegaConf.to_container(cfg, resolve=True)
         if group == "model" and opt in ("alexnet", "vgg16"):
