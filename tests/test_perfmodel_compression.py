@@ -74,7 +74,7 @@ def test_fit_collective_recovers_bandwidth_and_latency():
 
 def test_calibration_from_real_runs(run_overrides):
     """Short real runs give a complete, self-consistent model (no claim on accuracy here: that is
-    a benchmark, docs/benchmarks/compression.md)."""
+    a benchmark, BENCHMARKS.md (compression section))."""
     from conftest import launch_run
     common = run_overrides + ["cluster.nproc=2", "trainer=compressed", "trainer.max_steps=5", "data.batch_size=8",
                               "trainer.eval_every=100"]

@@ -60,8 +60,16 @@ def init(cluster) -> DistInfo:
     if not dist.is_initialized():
         os.environ.setdefault("MASTER_ADDR", cluster.master_addr)
         os.environ.setdefault("MASTER_PORT", str(cluster.master_port or 29500))
-        dist.init_process_group(backend=backend, rank=rank, world_size=world,
-                                timeout=timedelta(seconds=cluster.timeout_s))
+        timeout = timedelta(seconds=cluster.timeout_s)
+        # Under the elastic agent every rank is a client of the agent's store, which outlives a
+        # restart: the keys of the failed attempt (e.g. gloo's addresses of dead ranks) are still in
+        # it, so each attempt gets its own key prefix. Elsewhere (submitit, by hand) rank 0 hosts it.
+        agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                              is_master=not agent_store and rank == 0, timeout=timeout)
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        store = dist.PrefixStore(f"workbench/attempt{attempt}", store)
+        dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world, timeout=timeout)
     return DistInfo(rank, world, local_rank, local_world, backend, device, threads)
 
 

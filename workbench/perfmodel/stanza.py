@@ -32,7 +32,7 @@ Two step-time models:
 
   The conv all-reduce is charged in full (``AR_c``), not hidden behind the backward pass: DDP does
   start it during backward, but on CPU gloo the transfer competes with the backward for the same
-  cores, so the overlap buys little (docs/benchmarks/stanza.md compares both models with runs).
+  cores, so the overlap buys little (BENCHMARKS.md (Stanza section) compares both models with runs).
 
 Throughput is ``X = n_c b / T`` samples/s; :func:`choose_allocation` picks the n_f in [1, N-1] that
 maximises it.

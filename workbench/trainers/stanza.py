@@ -34,7 +34,7 @@ FC compute per sample, optimizer time, point-to-point latency and bandwidth, all
 feeds :mod:`workbench.perfmodel.stanza`, picks the n_f with the highest predicted throughput, logs
 the prediction (metrics.jsonl record ``kind: stanza_allocation``, and the rank logs) and reports
 predicted next to measured throughput in ``summary.json`` under ``stanza``.
-``trainer.profile=true`` does the same for a fixed n_f (the allocation sweep in docs/benchmarks).
+``trainer.profile=true`` does the same for a fixed n_f (the allocation sweep in BENCHMARKS.md).
 
 For evaluation and ``model.pt`` the FC part is broadcast once from the first FC worker
 (category ``eval_sync``): evaluation traffic, not training traffic.
