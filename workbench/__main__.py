@@ -42,13 +42,21 @@ def summary_paragraph(s) -> str:
 
 
 def _task(cfg: DictConfig) -> None:
-    from workbench.launcher import RunFailed, discard, launch
+    from workbench.launcher import discard, launch
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    _run_and_report(lambda: launch(cfg, run_dir=run_dir, check=True),
+                    on_config_error=lambda: discard(run_dir, keep=cfg.output_root))  # leave no run directory behind
+
+
+def _run_and_report(start, on_config_error=None) -> None:
+    """Run ``start()``; map its outcome to the CLI's output and exit status (see module docstring)."""
+    from workbench.launcher import RunFailed
     try:
-        run = launch(cfg, run_dir=run_dir, check=True)
+        run = start()
     except ConfigError as e:
-        discard(run_dir, keep=cfg.output_root)  # nothing started: leave no run directory behind
+        if on_config_error is not None:
+            on_config_error()
         print(f"workbench: error: {e}", file=sys.stderr)
         raise SystemExit(2)
     except RunFailed as e:
@@ -61,20 +69,11 @@ def _task(cfg: DictConfig) -> None:
 def _resume_cli(argv) -> None:
     import argparse
 
-    from workbench.launcher import RunFailed, resume
+    from workbench.launcher import resume
     p = argparse.ArgumentParser(prog="workbench resume", description="Continue a stopped run from its newest complete checkpoint.")
     p.add_argument("run_dir")
     a = p.parse_args(argv)
-    try:
-        run = resume(a.run_dir)
-    except ConfigError as e:
-        print(f"workbench: error: {e}", file=sys.stderr)
-        raise SystemExit(2)
-    except RunFailed as e:
-        print(f"workbench: {e}", file=sys.stderr)
-        raise SystemExit(3 if e.run.status == "diverged" else 1)
-    print(summary_paragraph(run.summary))
-    print(f"run directory: {run.path}")
+    _run_and_report(lambda: resume(a.run_dir))
 
 
 def main() -> None:
