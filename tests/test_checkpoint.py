@@ -28,10 +28,11 @@ def test_checkpoint_files_are_safe_to_load(run_overrides):
 
 
 @pytest.mark.timeout(400)
-def test_killed_rank_restarts_and_matches_uninterrupted_run(run_overrides, tmp_path):
-    ref = launch_run(run_overrides + COMMON + ["name=ref"])
-    hit = launch_run(run_overrides + COMMON + ["name=killed", "cluster.max_restarts=1", "cluster.kill_rank=1",
-                                               "cluster.kill_at_step=25"])
+@pytest.mark.parametrize("trainer", [["trainer=sync"], ["trainer=stanza", "trainer.fc_workers=1"]])
+def test_killed_rank_restarts_and_matches_uninterrupted_run(run_overrides, trainer):
+    ref = launch_run(run_overrides + COMMON + trainer + ["name=ref"])
+    hit = launch_run(run_overrides + COMMON + trainer + ["name=killed", "cluster.max_restarts=1", "cluster.kill_rank=1",
+                                                         "cluster.kill_at_step=25"])
     s = hit.summary
     assert s["status"] == "completed" and s["restarts"] == 1 and s["resumed_from_step"] == 20
     assert_same_params(torch.load(ref.path / "model.pt", weights_only=True),
@@ -58,3 +59,41 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
     p = subprocess.run([sys.executable, "-m", "workbench", "resume", str(tmp_path)], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "config.yaml" in p.stderr
+
+
+PS = ["cluster.nproc=3", "trainer.num_servers=1", "trainer.max_steps=30", "trainer.eval_every=15",
+      "checkpoint.every=10", "optim.lr=0.05", "seed=5"]
+
+
+@pytest.mark.timeout(400)
+def test_parameter_server_restart_matches_uninterrupted_run(run_overrides):
+    """Hardsync PS: a worker SIGKILLed after its checkpoint at step 10; the group restarts, the server
+    reloads its shard, optimizer state and clock, and the final weights equal an uninterrupted run's."""
+    ref = launch_run(run_overrides + PS + ["trainer=ps", "trainer.mode=sync", "name=ref"])
+    hit = launch_run(run_overrides + PS + ["trainer=ps", "trainer.mode=sync", "name=killed", "cluster.max_restarts=1",
+                                           "cluster.kill_rank=1", "cluster.kill_at_step=15"])
+    s = hit.summary
+    assert s["status"] == "completed" and s["restarts"] == 1 and s["resumed_from_step"] == 10
+    assert_same_params(torch.load(ref.path / "model.pt", weights_only=True),
+                       torch.load(hit.path / "model.pt", weights_only=True), rtol=0, atol=0)
+    # the server's clock went on from its checkpoint: 30 updates in all, as in the reference
+    assert s["ps"]["updates"] == ref.summary["ps"]["updates"] == 30
+    server = torch.load(hit.path / "checkpoints" / "step00000020" / "rank2.pt", weights_only=True)
+    assert server["rule"]["timestamp"] == 20 and server["rule"]["optimizer"]["state"]
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("trainer", [
+    ["trainer=staleness", "trainer.n=2", "trainer.max_staleness=1"],   # bounded staleness: clocks and buffers
+    ["trainer=easgd", "trainer.period=2"],                             # elastic averaging: the centre
+])
+def test_asynchronous_servers_survive_a_killed_server(run_overrides, trainer):
+    """The *server* dies mid-run; with a restart everything resumes from the newest complete
+    checkpoint and the run completes with the bound still enforced."""
+    hit = launch_run(run_overrides + PS + trainer + ["cluster.max_restarts=1", "cluster.kill_rank=2",
+                                                     "cluster.kill_at_step=24"])  # server updates, after step 10
+    s = hit.summary
+    assert s["status"] == "completed" and s["restarts"] == 1 and s["resumed_from_step"] in (10, 20)  # not None: from a checkpoint
+    assert s["steps"] == 30 and s["final_test_accuracy"] > 0.5
+    if "trainer=staleness" in trainer:
+        assert s["ps"]["staleness_max"] <= 1

@@ -146,7 +146,6 @@ def _cfg(overrides):
     (["trainer=staleness", "trainer.lr_modulation=sqrt"], "trainer.lr_modulation"),
     (["trainer=staleness", "trainer.on_stale=wait"], "trainer.on_stale"),
     (["trainer=ps", "cluster.nproc=4", "data.global_batch_size=64"], "data.global_batch_size"),  # 3 workers, not 4
-    (["trainer=ps", "checkpoint.every=10"], "checkpoint.every"),
 ])
 def test_invalid_configs_rejected_before_launch(overrides, key):
     with pytest.raises(ConfigError) as e:

@@ -13,6 +13,12 @@ One exchange, worker -> every server s:
 Posting the receives before the sends means a server's reply never waits on a worker that is
 still sending to another server, so no cycle of blocking sends can form with several servers.
 
+A checkpoint (``checkpoint.every``) is a barrier through the servers: after step k every worker
+sends ``CKPT`` (header[2] = k); each server answers once all active workers have arrived, saving its
+shard and clocks at that instant, when no gradient is in flight. A gradient rule answers with its
+weights, as after a push, so a worker resumes on weights the server's clock vouches for (the reply
+header's third field says whether a payload follows).
+
 At the end every worker sends ``DONE``; rank 0 then polls each server with ``FINAL``, answered
 ``PENDING`` while other workers still train and, once all are done, with the final weights
 (category ``ps_final``) and the server's statistics. Polling keeps every receive within the
@@ -38,7 +44,7 @@ from workbench.ps import stats as S
 from workbench.ps.sharding import ShardLayout
 
 # message kinds (header[0])
-PUSH, PULL, DONE, STATS, FINAL = 1, 2, 3, 4, 5
+PUSH, PULL, DONE, STATS, FINAL, CKPT = 1, 2, 3, 4, 5, 6
 # tags
 TAG_HDR, TAG_DATA, TAG_REPLY_HDR, TAG_REPLY_DATA, TAG_STATS = 11, 12, 13, 14, 15
 HEADER = 4  # int64 fields per header
@@ -107,6 +113,19 @@ class PSClient:
         self._exchange(PULL, 0, None, reply=True)
         for s in range(len(self.servers)):
             self.layout.unflatten_into(self.pull_bufs[s], into, s)
+
+    def checkpoint(self, step: int, into: Sequence[torch.Tensor]) -> None:
+        """The checkpoint barrier after ``step``: returns once every server has saved its state;
+        a server that answers with weights has them loaded into ``into``."""
+        for s, rank in enumerate(self.servers):
+            self.meter.isend(header(CKPT, self.timestamps[s], step), rank, CONTROL, TAG_HDR, self.group).wait()
+        for s, rank in enumerate(self.servers):
+            h = torch.zeros(HEADER, dtype=torch.int64)
+            self.meter.recv(h, rank, CONTROL, TAG_REPLY_HDR, self.group)
+            self.timestamps[s], self.last_status[s] = int(h[0]), int(h[1])
+            if int(h[2]) and self.pull_bufs[s].numel():
+                self.meter.recv(self.pull_bufs[s], rank, self.pull_category, TAG_REPLY_DATA, self.group)
+                self.layout.unflatten_into(self.pull_bufs[s], into, s)
 
     def stats(self, length: int) -> List[torch.Tensor]:
         """Each server's statistics vector (float64, ``length`` long; see ServerLoop.stats)."""

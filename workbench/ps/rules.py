@@ -176,6 +176,34 @@ class GradientRule:
         self._try_update()
         return self._answer_waiting()
 
+    def on_barrier(self, worker: int) -> list:
+        """The worker waits at a checkpoint barrier: it computes nothing, so it holds back no update."""
+        self.computing.pop(worker, None)
+        self._try_update()
+        return self._answer_waiting()
+
+    def release_barrier(self, workers) -> list:
+        """Everyone is at the barrier (nobody waits on a push): they go on with the current weights."""
+        return self._release(list(workers))
+
+    def state_dict(self) -> dict:
+        return {"params": self.params, "optimizer": self.optimizer.state_dict(), "timestamp": self.timestamp,
+                "gradients_applied": self.gradients_applied, "active": sorted(self.active),
+                "computing": {int(w): int(j) for w, j in self.computing.items()},
+                "buffer": [list(e) for e in self.buffer], "waiting": list(self.waiting), "seq": self.seq,
+                "stats": self.stats.state_dict()}
+
+    def load_state_dict(self, st: dict) -> None:
+        with torch.no_grad():
+            self.params.copy_(st["params"])
+        self.optimizer.load_state_dict(st["optimizer"])
+        self.timestamp, self.gradients_applied, self.seq = st["timestamp"], st["gradients_applied"], st["seq"]
+        self.active = set(st["active"])
+        self.computing = {int(w): int(j) for w, j in st["computing"].items()}
+        self.buffer = [tuple(e) for e in st["buffer"]]
+        self.waiting = list(st["waiting"])
+        self.stats.load_state_dict(st["stats"])
+
     def finish(self) -> None:
         """Every worker is done: apply what is left in the buffer (fewer than c gradients)."""
         self._purge_stale()

@@ -9,8 +9,9 @@ workers until every worker has said it is done. The loop only moves bytes; *when
 - ``ElasticRule`` in :mod:`workbench.trainers.easgd`: parameters in, elastic averaging of the centre.
 
 A rule implements ``params`` (the shard, flat), ``timestamp``, ``on_push(worker, ts, payload)``,
-``on_pull(worker)``, ``on_done(worker)`` — each returning the replies to send now as
-``(worker, status, tensor)`` — ``finish()`` and ``stats`` (a :class:`ServerStats`). A worker whose
+``on_pull(worker)``, ``on_done(worker)``, ``on_barrier(worker)``, ``release_barrier(workers)`` — each returning the replies to send now as
+``(worker, status, tensor)`` — ``finish()``, ``stats`` (a :class:`ServerStats`) and ``state_dict()``/``load_state_dict()`` (what
+a checkpoint must hold to continue exactly). A worker whose
 reply is withheld is blocked; the rule must release it once it can make progress, and a rule whose
 every worker is waiting must always be able to (the bounded-staleness rule proves it in its tests).
 """
@@ -30,17 +31,19 @@ Reply = Tuple[int, int, torch.Tensor]
 class ServerLoop:
     def __init__(self, meter: Meter, rule, worker_ranks: Sequence[int], group=None,
                  push_category: str = "grad_push", pull_category: str = "param_pull",
-                 on_message: Optional[Callable[[int], None]] = None, expect_final: bool = True) -> None:
+                 on_message: Optional[Callable[[int], None]] = None, expect_final: bool = True,
+                 on_checkpoint: Optional[Callable[[int], None]] = None) -> None:
         self.meter, self.rule, self.group = meter, rule, group
         self.workers = list(worker_ranks)
         self.push_category, self.pull_category = push_category, pull_category
         self.on_message = on_message  # called with the rule's update count (fault injection)
         self.expect_final = expect_final
+        self.on_checkpoint = on_checkpoint  # called with the step once every worker is at the barrier
 
     def _send(self, replies: List[Reply]) -> None:
         works = []
         for worker, status, tensor in replies:
-            h = P.header(self.rule.timestamp, status)
+            h = P.header(self.rule.timestamp, status, int(tensor.numel() > 0))
             works.append((h, self.meter.isend(h, worker, P.CONTROL, P.TAG_REPLY_HDR, self.group)))
             if tensor.numel():
                 works.append((tensor, self.meter.isend(tensor, worker, self.pull_category, P.TAG_REPLY_DATA, self.group)))
@@ -53,6 +56,7 @@ class ServerLoop:
         rule, g = self.rule, self.group
         active = set(self.workers)
         finished = False
+        barrier: set = set()
         n = rule.params.numel()
         while active or (self.expect_final and not finished):
             hdr = torch.zeros(P.HEADER, dtype=torch.int64)
@@ -92,6 +96,14 @@ class ServerLoop:
                 w2 = self.meter.isend(vec, sender, P.CONTROL, P.TAG_REPLY_DATA, g)
                 w1.wait(), w2.wait()
                 replies = []
+            elif kind == P.CKPT:
+                barrier.add(sender)
+                replies = rule.on_barrier(sender)
+                if barrier >= active:
+                    if self.on_checkpoint is not None:
+                        self.on_checkpoint(int(hdr[2]))
+                    replies += rule.release_barrier(sorted(barrier))
+                    barrier.clear()
             elif kind == P.DONE:
                 active.discard(sender)
                 replies = rule.on_done(sender)

@@ -23,6 +23,7 @@ class ServerStats:
         self.size_hist = [0] * (BINS + 1)
         self.t_first: Optional[float] = None
         self.t_last: Optional[float] = None
+        self.elapsed_before = 0.0  # server time of the attempts before a restart
 
     def mark(self) -> None:
         """A message arrived: the server's clock for updates/s starts at the first one."""
@@ -43,9 +44,18 @@ class ServerStats:
             self.v["max_tau"] = max(self.v["max_tau"], t)
         self.mark()
 
+    def state_dict(self) -> dict:
+        self.tensor()  # brings elapsed_s up to date
+        return {"v": dict(self.v), "tau_hist": list(self.tau_hist), "size_hist": list(self.size_hist)}
+
+    def load_state_dict(self, st: dict) -> None:
+        self.v.update(st["v"])
+        self.tau_hist, self.size_hist = list(st["tau_hist"]), list(st["size_hist"])
+        self.elapsed_before = self.v["elapsed_s"]
+
     def tensor(self) -> torch.Tensor:
         if self.t_first is not None:
-            self.v["elapsed_s"] = self.t_last - self.t_first
+            self.v["elapsed_s"] = self.elapsed_before + self.t_last - self.t_first
         return torch.tensor([self.v[k] for k in _SCALARS] + self.tau_hist + self.size_hist, dtype=torch.float64)
 
 

@@ -10,6 +10,12 @@ Evaluation is rank 0's alone, on the whole test set with the weights it last pul
 synchronous protocols: the servers' weights after that step), so that no evaluation barrier slows
 the asynchronous protocols; at each evaluation rank 0 also fetches the servers' statistics and
 logs them as a ``kind: server`` record (staleness histogram and mean over the interval, updates/s).
+Checkpoints (``checkpoint.every``): after step k every worker enters a barrier through the servers
+(:meth:`PSClient.checkpoint`); once all are in, each server writes its shard, optimizer state,
+clocks, buffered gradients and statistics, and answers; then each worker writes its weights (as
+the servers just sent them), its clocks and RNG states. A restart (``cluster.max_restarts``) or
+``workbench resume`` loads the newest checkpoint that every rank, servers included, completed.
+
 At the end rank 0 waits for every worker, pulls the final weights and saves them as ``model.pt``;
 ``summary.json`` gets the final accuracy of those weights and ``ps`` (the servers' totals).
 
@@ -24,6 +30,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from workbench import checkpoint as ckpt
 from workbench import data as data_mod
 from workbench.config import ConfigError
 from workbench.models import build_model
@@ -57,10 +64,6 @@ class PSTrainer(Trainer):
         if not 1 <= s < world:
             raise ConfigError(f"invalid value {s!r} for trainer.num_servers: must be in [1, {world - 1}] "
                               f"(cluster.nproc x cluster.nnodes = {world} ranks, and at least one must be a worker)")
-        ck = cfg.get("checkpoint")
-        if ck is not None and ck.every > 0:
-            raise ConfigError(f"invalid value {ck.every!r} for checkpoint.every: trainer {cfg.trainer.name} does not "
-                              "checkpoint its servers' shards yet; use 0")
 
     @classmethod
     def smoke_overrides(cls, nproc: int) -> list:
@@ -108,12 +111,24 @@ class PSTrainer(Trainer):
         layout = ShardLayout.of(params, len(self.server_ranks))
         shard = self.rank - self.workers
         rule = self.make_rule(layout.flatten(params, shard).clone(), total)
+        step = ckpt.latest_complete(self.log.run_dir, self.info.world_size)
+        self._resumed = step is not None
+        if self._resumed:
+            state = ckpt.load(self.log.run_dir, self.rank, step)
+            rule.load_state_dict(state["rule"])
+            ckpt.set_rng_state(state["rng"])
+            self.meter.restore_totals(state.get("meter", {}))
         c = self.cfg.cluster
         kill = (lambda updates: self._maybe_kill(c.kill_at_step) if updates >= c.kill_at_step else None) \
             if self.rank == c.kill_rank and c.kill_at_step >= 0 else None
+
+        def save(step: int) -> None:
+            ckpt.save(self.log.run_dir, self.rank, step, {"rule": rule.state_dict(), "step": step,
+                                                          "rng": ckpt.rng_state(), "meter": self.meter.totals()},
+                      keep=self.cfg.checkpoint.keep)
         self.meter.pop()
         ServerLoop(self.meter, rule, self.worker_ranks, self.group, self.push_category, self.pull_category,
-                   on_message=kill).run()
+                   on_message=kill, on_checkpoint=save).run()
         self.log.comm_step(0, self.meter.pop(), role="server", shard_numel=layout.numel(shard),
                            server=S.summarize(rule.stats.tensor()))
         return {"role": "server"}
@@ -129,6 +144,19 @@ class PSTrainer(Trainer):
 
     def setup_worker(self) -> None:
         """Anything else a worker needs (e.g. a local optimizer)."""
+
+    def _save_checkpoint(self, step: int, epoch: int, loop: dict) -> None:
+        self.client.checkpoint(step, self.params)  # the servers save first, at the barrier
+        self.meter.pop()  # barrier traffic is not a training step's
+        super()._save_checkpoint(step, epoch, loop)
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "timestamps": list(self.client.timestamps), "steps_done": self.steps_done}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.client.timestamps = list(state["timestamps"])
+        self.steps_done = state["steps_done"]
 
     def _score(self, model) -> Dict[str, float]:
         was = model.training

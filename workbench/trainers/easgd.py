@@ -86,6 +86,24 @@ class ElasticRule:
             return self._round()
         return []
 
+    def on_barrier(self, worker: int) -> list:
+        return []
+
+    def release_barrier(self, workers) -> list:
+        # no payload: a worker keeps its own x_i (the centre reaches it at its next exchange)
+        return [(w, P.APPLIED, torch.empty(0)) for w in workers]
+
+    def state_dict(self) -> dict:
+        return {"params": self.params, "timestamp": self.timestamp, "active": sorted(self.active),
+                "pushed": {int(w): x for w, x in self.pushed.items()}, "stats": self.stats.state_dict()}
+
+    def load_state_dict(self, st: dict) -> None:
+        with torch.no_grad():
+            self.params.copy_(st["params"])
+        self.timestamp, self.active = st["timestamp"], set(st["active"])
+        self.pushed = {int(w): x for w, x in st["pushed"].items()}
+        self.stats.load_state_dict(st["stats"])
+
     def finish(self) -> None:
         pass
 
@@ -118,6 +136,14 @@ class EASGDTrainer(PSTrainer):
 
     def eval_model(self):
         return self.center_model
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "local": self.model.state_dict(), "local_steps": self.local_steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.model.load_state_dict(state["local"])
+        self.local_steps = state["local_steps"]
 
     def final_params(self):
         return self.center

@@ -1,0 +1,93 @@
+"""What every benchmark suite leaves behind: CSV tables, a Markdown report, a standalone plotly HTML
+report under ``experiments/bench/<suite>/``, and (with ``--write``) its section of BENCHMARKS.md.
+
+A suite hands over ``Table`` objects (rows of plain dicts) and plotly figures; the formatting lives
+here once so that every suite's report reads the same.
+"""
+from __future__ import annotations
+
+import csv
+import html
+import platform
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Table:
+    name: str                      # file stem of its CSV
+    caption: str
+    rows: list
+    cols: list = field(default_factory=list)   # default: the keys of the first row
+
+    def columns(self) -> list:
+        return self.cols or (list(self.rows[0]) if self.rows else [])
+
+    def markdown(self) -> str:
+        cols = self.columns()
+        lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        lines += ["| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for r in self.rows]
+        return "\n".join(lines)
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+    return str(v)
+
+
+def machine() -> str:
+    import os
+    import torch
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return (f"{platform.machine()} {os.cpu_count()} cores, {dev}, torch {torch.__version__}, "
+            f"load average {load:.1f} at the end, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
+
+
+def write(suite: str, title: str, command: str, tables: list, figures: list = (), notes: str = "",
+          out_root: Path | str = ROOT / "experiments" / "bench", benchmarks_md: Path | None = None) -> Path:
+    """Write the suite's report; return its directory. ``benchmarks_md``: also replace the suite's
+    section of that file (BENCHMARKS.md) with the tables, the notes and the command."""
+    out = Path(out_root) / suite
+    out.mkdir(parents=True, exist_ok=True)
+    for t in tables:
+        with open(out / f"{t.name}.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=t.columns(), extrasaction="ignore")
+            w.writeheader()
+            w.writerows(t.rows)
+    body = f"Command: `{command}`\n\nMachine: {machine()}.\n\n"
+    body += "\n\n".join(f"{t.caption}\n\n{t.markdown()}" for t in tables)
+    if notes:
+        body += "\n\n" + notes.strip()
+    (out / "report.md").write_text(f"# {title}\n\n{body}\n")
+    parts = [f"<h1>{html.escape(title)}</h1><p><code>{html.escape(command)}</code></p>"
+             f"<p>{html.escape(machine())}</p>"]
+    for i, fig in enumerate(figures):
+        parts.append(fig.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False))
+    for t in tables:
+        parts.append(f"<h2>{html.escape(t.caption)}</h2>" + _html_table(t))
+    if notes:
+        parts.append(f"<pre>{html.escape(notes.strip())}</pre>")
+    (out / "report.html").write_text("<!doctype html><html><head><meta charset='utf-8'>"
+                                     f"<title>{html.escape(title)}</title></head><body>{''.join(parts)}</body></html>")
+    if benchmarks_md is not None:
+        from workbench.bench.markdown import update_section
+        update_section(benchmarks_md, title, body + f"\n\nReport: `{out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}/report.html`.\n")
+    return out
+
+
+def _html_table(t: Table) -> str:
+    cols = t.columns()
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r.get(c)))}</td>" for c in cols) + "</tr>" for r in t.rows)
+    return f"<table border='1' cellspacing='0' cellpadding='3'><tr>{head}</tr>{rows}</table>"

@@ -1,0 +1,110 @@
+"""Suite ``staleness``: time to a target accuracy on the digits for synchronous all-reduce, hardsync,
+n-softsync (several n, with and without learning-rate modulation, with the SSP bound) and async,
+with and without a straggler — Rudra's experiment (PAPERS.md §1) on one machine.
+
+    python -m workbench.bench staleness                       # λ = 4 workers (+1 server), 300 steps each
+    python -m workbench.bench staleness --workers 8 --write   # λ = 8, and update BENCHMARKS.md
+    python -m workbench.bench staleness --tiny                # the CI smoke version (2 workers, 3 protocols)
+
+λ workers + 1 server (``trainer=sync`` runs on the λ workers alone), batch 16 per worker, the default
+optimizer. Each run evaluates every 10 steps on rank 0; "time to target" is the wall time from the
+first step (evaluation included) to the first evaluation at or above ``--target``. "samples/s" counts
+every gradient any worker computed per second of rank 0's loop; "updates/s" is the servers'; the τ
+histogram counts applied gradients of staleness 0, 1, 2, … The straggler is worker rank 1, sleeping
+``--delay`` seconds after each of its steps (``cluster.straggler_ranks``/``straggler_delay_s``).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import workbench
+from workbench.bench import report
+
+
+def protocols(lam: int, tiny: bool = False) -> list:
+    """(label, overrides, processes) of each protocol for λ workers."""
+    ps = lam + 1
+    rows = [("sync (all-reduce)", ["trainer=sync"], lam),
+            ("hardsync (ps sync)", ["trainer=ps", "trainer.mode=sync"], ps),
+            (f"async (Downpour) = {lam}-softsync", ["trainer=ps", "trainer.mode=async"], ps)]
+    if tiny:
+        return rows
+    mids = sorted({n for n in (1, 2, lam // 2) if 1 <= n < lam})
+    rows += [(f"{n}-softsync (c={lam // n})", ["trainer=staleness", f"trainer.n={n}"], ps) for n in mids]
+    rows += [(f"{lam}-softsync, lr/τ", ["trainer=staleness", f"trainer.n={lam}", "trainer.lr_modulation=per_gradient"], ps),
+             (f"{lam}-softsync, lr/⟨τ⟩", ["trainer=staleness", f"trainer.n={lam}", "trainer.lr_modulation=mean"], ps),
+             (f"{lam}-softsync, s=1 (SSP block)", ["trainer=staleness", f"trainer.n={lam}", "trainer.max_staleness=1"], ps)]
+    return rows
+
+
+def run_one(label, overrides, nproc, straggler, a, out: Path) -> dict:
+    extra = ["cluster.straggler_ranks=[1]", f"cluster.straggler_delay_s={a.delay}"] if straggler else []
+    cfg = workbench.compose(overrides + [f"cluster.nproc={nproc}", f"trainer.max_steps={a.max_steps}",
+                                         "trainer.eval_every=10", "data.batch_size=16", "trainer.progress=false",
+                                         "cluster.timeout_s=300", f"output_root={out / 'runs'}", *extra])
+    run = workbench.launch(cfg, progress=False, check=False)
+    s = run.summary
+    hit = next((r for r in run.records() if r.get("kind") == "eval" and r["test_accuracy"] >= a.target), None)
+    ps = s.get("ps") or {}
+    grads = ps["gradients"] * s["batch_per_worker"] if ps else s.get("samples", 0)
+    t = s.get("train_time_s") or 0
+    return {"protocol": label, "straggler": f"rank 1 +{a.delay}s/step" if straggler else "none",
+            "time_to_target_s": round(hit["time"], 2) if hit else None, "steps_to_target": hit["step"] if hit else None,
+            "final_acc": round(s.get("final_test_accuracy") or 0, 4), "wall_s": round(t, 1),
+            "samples_per_s": round(grads / t) if t else None,
+            "updates_per_s": round(ps["updates_per_s"], 1) if ps.get("updates_per_s") else None,
+            "mean_tau": round(ps["staleness_mean"], 2) if ps else None, "max_tau": ps.get("staleness_max"),
+            "tau_hist": " ".join(map(str, ps.get("staleness_hist", []))), "status": s["status"], "run": run.path.name}
+
+
+def figures(rows, target):
+    import plotly.graph_objects as go
+    fig = go.Figure()
+    for strag in dict.fromkeys(r["straggler"] for r in rows):
+        sub = [r for r in rows if r["straggler"] == strag]
+        fig.add_bar(name=f"straggler: {strag}", x=[r["protocol"] for r in sub],
+                    y=[r["time_to_target_s"] for r in sub])
+    fig.update_layout(title=f"Time to {target:.0%} test accuracy (missing bar: never reached)",
+                      yaxis_title="seconds", barmode="group")
+    hist = go.Figure()
+    for r in rows:
+        if r["tau_hist"] and r["straggler"] == "none":
+            counts = [int(c) for c in r["tau_hist"].split()]
+            hist.add_bar(name=r["protocol"], x=list(range(len(counts))), y=counts)
+    hist.update_layout(title="Staleness τ of applied gradients (no straggler)", xaxis_title="τ",
+                       yaxis_title="gradients", barmode="group")
+    return [fig, hist]
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m workbench.bench staleness", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workers", type=int, default=4, help="λ, the workers (the PS runs add one server)")
+    p.add_argument("--target", type=float, default=0.90, help="target test accuracy")
+    p.add_argument("--delay", type=float, default=0.05, help="the straggler's extra seconds per step")
+    p.add_argument("--max-steps", type=int, default=300)
+    p.add_argument("--tiny", action="store_true", help="2 workers, 3 protocols, 20 steps: a smoke test")
+    p.add_argument("--out", default=str(report.ROOT / "experiments" / "bench"))
+    p.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
+    a = p.parse_args(argv)
+    if a.tiny:
+        a.workers, a.max_steps, a.target = 2, 20, 0.5
+    suite = f"staleness-{a.workers}w"
+    out = Path(a.out) / suite
+    rows = []
+    for straggler in (False, True):
+        for label, ov, nproc in protocols(a.workers, a.tiny):
+            rows.append(run_one(label, ov, nproc, straggler, a, out))
+            print(report.Table("x", "", [rows[-1]]).markdown().splitlines()[-1], flush=True)
+    cmd = "python -m workbench.bench staleness " + " ".join(argv if argv is not None else [])
+    t = report.Table(f"time_lambda{a.workers}", f"λ = {a.workers} workers on the digits, {a.max_steps} steps, "
+                     f"target {a.target:.0%}", rows)
+    path = report.write(suite, f"staleness: time to {a.target:.0%}, λ={a.workers}", cmd.strip(), [t],
+                        figures(rows, a.target), out_root=a.out,
+                        benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
+    print(f"\n{t.markdown()}\n\nreport: {path / 'report.html'}")
+
+
+if __name__ == "__main__":
+    main()
