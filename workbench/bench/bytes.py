@@ -1,0 +1,199 @@
+"""Suite ``bytes``: bytes per worker per step of every paradigm, measured by the meter next to the
+analytic count, per model.
+
+    python -m workbench.bench bytes                                  # small_cnn, alexnet, vgg16, resnet18; N = 4
+    python -m workbench.bench bytes --models vgg16 --write           # one model, and update BENCHMARKS.md
+    python -m workbench.bench bytes --tiny                           # CI smoke: small_cnn, 2 workers, 3 compressors
+
+Runs (N workers each, ``--steps`` steps, batch ``--batch`` per worker; small_cnn on the digits, the
+others on CIFAR-size synthetic data, 3×32×32, 10 classes):
+
+- ``trainer=sync``: ring all-reduce, analytic 2(N−1)/N·M each way (M = the parameters' bytes);
+- ``trainer=ps`` (sync, N workers + 1 server): push M, pull M (plus 32-byte headers per server);
+- ``trainer=stanza`` (N−1 CONV + 1 FC workers): a CONV worker's ring all-reduce of the conv part
+  among N−1, plus its boundary activations and their gradients (``perfmodel.stanza``);
+- ``trainer=compressed`` with each compressor: the payload its format implies for each of DDP's
+  buckets (``PAYLOAD`` below), times the collective's factor (all-reduce 2(N−1)/N, all-gather N−1,
+  plus the 8-byte length every all-gather exchanges first so that unequal payloads never hang).
+
+Measured = worker rank 0's metered bytes per training step (``ranks/rank0.jsonl``), the first two
+steps left out (DDP rebuilds its buckets after step 1; PowerSGD compresses from step 2 on). Sent and
+received are both in the CSV; the table shows sent (for these symmetric algorithms they are equal,
+except the PS headers). Bytes are exact: they do not depend on the machine or its load.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import workbench
+from workbench.bench import report
+from workbench.compress import keep_count
+from workbench.config import validate
+
+MODELS = ("small_cnn", "alexnet", "vgg16", "resnet18")
+COMPRESSORS = ("none", "fp16", "bf16", "topk", "mstopk", "randomk", "signsgd", "efsignsgd", "qsgd", "powersgd")
+K = 0.01  # the sparsifiers' density in this suite
+
+# Payload bytes of one bucket of n float32 gradients, from each compressor's wire format.
+PAYLOAD = {
+    "none": lambda n: 4 * n,
+    "fp16": lambda n: 2 * n,
+    "bf16": lambda n: 2 * n,
+    "topk": lambda n: 8 * keep_count(K, n),      # float32 value + int32 index
+    "mstopk": lambda n: 8 * keep_count(K, n),
+    "randomk": lambda n: 4 * keep_count(K, n),   # values only: every rank draws the same positions
+    "signsgd": lambda n: math.ceil(n / 8),       # one bit per element
+    "efsignsgd": lambda n: 4 + math.ceil(n / 8),  # + the float32 scale
+    "qsgd": lambda n: 4 + n,                     # float32 norm + one int8 level per element (16 levels)
+}
+SETTINGS = {"topk": [f"compressor.k={K}"], "mstopk": [f"compressor.k={K}"], "randomk": [f"compressor.k={K}"],
+            "powersgd": ["compressor.start_iter=2"], "qsgd": ["compressor.levels=16"]}
+
+
+def data_overrides(model: str, batch: int) -> list:
+    if model in ("small_cnn", "lenet5"):
+        return ["data=digits", f"data.batch_size={batch}"]
+    return ["data=synthetic", "data.num_samples=256", f"data.batch_size={batch}"]
+
+
+def per_step(run, rank: int = 0, skip: int = 2) -> dict:
+    """Mean bytes per training step of one rank by direction: payload, and control headers apart."""
+    recs = [json.loads(l) for l in (run.path / "ranks" / f"rank{rank}.jsonl").read_text().splitlines()]
+    recs = [r for r in recs if "step" in r and r.get("role") != "server" and r["step"] > skip] or recs
+    n = max(1, len(recs))
+    out = {"sent": 0.0, "recv": 0.0, "control": 0.0}
+    for r in recs:
+        for cat, c in r["comm"].items():
+            if cat == "ps_control":
+                out["control"] += (c["sent"] + c["recv"]) / n
+            else:
+                out["sent"] += c["sent"] / n
+                out["recv"] += c["recv"] / n
+    return out
+
+
+def param_shapes(run) -> list:
+    from workbench import data as data_mod
+    from workbench.models import build_model
+    cfg = run.config
+    return [tuple(p.shape) for p in build_model(cfg, data_mod.DATASETS[cfg.data.name].spec(cfg.data)).parameters()]
+
+
+def powersgd_payload(shapes, rank: int, rate: float) -> int:
+    """P and Q of every matrix worth compressing, the rest (1-D tensors, small matrices) dense."""
+    from workbench.compress.powersgd import should_compress
+    total = 0
+    for sh in shapes:
+        numel = math.prod(sh)
+        if len(sh) > 1:
+            n, m = sh[0], numel // sh[0]
+            if should_compress(n, m, rank, rate):
+                total += 4 * rank * (n + m)
+                continue
+        total += 4 * numel
+    return total
+
+
+def analytic_sent(run, name: str, N: int, run_kind: str) -> float:
+    from workbench.perfmodel import stanza as pm
+    shapes = param_shapes(run)
+    M = 4 * sum(math.prod(s) for s in shapes)
+    if run_kind == "sync":
+        return 2 * (N - 1) / N * M
+    if run_kind == "ps":
+        return M
+    if run_kind == "stanza":
+        st = run.summary["stanza"]
+        b = pm.stanza_conv_worker_bytes(st["params"]["features"], st["boundary_floats"], run.summary["batch_per_worker"],
+                                        st["conv_workers"])
+        return pm.total(b, "sent")
+    comp = run.config.compressor
+    if name == "powersgd":
+        payload = powersgd_payload(shapes, comp.rank, comp.min_compression_rate)
+    else:
+        payload = sum(PAYLOAD[name](b["numel"]) for b in run.summary["compression"]["buckets"])
+    if run.summary["compression"]["collective"] == "allgather":  # + each bucket's int64 length, exchanged first
+        return (N - 1) * (payload + 8 * len(run.summary["compression"]["buckets"]))
+    return 2 * (N - 1) / N * payload
+
+
+def runs_for(N: int, compressors) -> list:
+    """(label, kind, overrides) of one model's runs."""
+    out = [("sync (ring all-reduce)", "sync", ["trainer=sync", f"cluster.nproc={N}"]),
+           ("ps sync (1 server)", "ps", ["trainer=ps", "trainer.mode=sync", f"cluster.nproc={N + 1}"]),
+           (f"stanza {N - 1} CONV + 1 FC (a CONV worker)", "stanza",
+            ["trainer=stanza", "trainer.fc_workers=1", f"cluster.nproc={N}"])]
+    out += [(f"compressed: {c}", c, ["trainer=compressed", f"compressor={c}", f"cluster.nproc={N}", *SETTINGS.get(c, [])])
+            for c in compressors]
+    return out
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m workbench.bench bytes", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--workers", type=int, default=4, help="N")
+    p.add_argument("--batch", type=int, default=4, help="samples per worker per step (Stanza's activations scale with it)")
+    p.add_argument("--steps", type=int, default=4, help="the first 2 are left out")
+    p.add_argument("--compressors", default=",".join(COMPRESSORS))
+    p.add_argument("--tiny", action="store_true", help="small_cnn, 2 workers, 3 compressors: a smoke test")
+    p.add_argument("--out", default=str(report.ROOT / "experiments" / "bench"))
+    p.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
+    a = p.parse_args(argv)
+    if a.tiny:
+        a.models, a.workers, a.compressors = "small_cnn", 2, "none,topk,powersgd"
+    models = a.models.split(",")
+    suite = "bytes"
+    out = Path(a.out) / suite
+    rows, jobs = [], []
+    for model in models:
+        for label, kind, ov in runs_for(a.workers, a.compressors.split(",")):
+            cfg = workbench.compose(ov + data_overrides(model, a.batch) + [
+                f"model={model}", f"trainer.max_steps={a.steps}", "trainer.eval_every=100000", "trainer.progress=false",
+                "cluster.timeout_s=600", f"output_root={out / 'runs'}"])
+            validate(cfg)  # every run's config, before the first one starts
+            jobs.append((model, label, kind, cfg))
+    for model, label, kind, cfg in jobs:
+        run = workbench.launch(cfg, progress=False, check=False)
+        if run.summary.get("status") != "completed":
+            rows.append({"model": model, "run": label, "status": run.summary.get("status")})
+            continue
+        m = per_step(run)
+        an = analytic_sent(run, kind, a.workers, kind if kind in ("sync", "ps", "stanza") else "compressed")
+        rows.append({"model": model, "run": label, "N": a.workers,
+                     "sent_B": round(m["sent"]), "analytic_sent_B": round(an),
+                     "measured/analytic": round(m["sent"] / an, 4) if an else None,
+                     "recv_B": round(m["recv"]), "control_B": round(m["control"]),
+                     "status": "completed"})
+        print(report.Table("x", "", [rows[-1]]).markdown().splitlines()[-1], flush=True)
+    for r in rows:  # reductions against the PS and the ring of the same model
+        ref = {x["run"].split(" ")[0]: x.get("sent_B") for x in rows if x["model"] == r["model"]}
+        if r.get("sent_B"):
+            r["PS/this"] = round(ref["ps"] / r["sent_B"], 2) if ref.get("ps") else None
+            r["ring/this"] = round(ref["sync"] / r["sent_B"], 2) if ref.get("sync") else None
+    cols = ["model", "run", "N", "sent_B", "analytic_sent_B", "measured/analytic", "recv_B", "control_B",
+            "PS/this", "ring/this", "status"]
+    t = report.Table(f"bytes_N{a.workers}", f"Bytes per worker per step, N = {a.workers}, batch {a.batch} per worker "
+                     f"(B = bytes; PS/this and ring/this: how many times fewer bytes than the PS and the ring)", rows, cols)
+    cmd = ("python -m workbench.bench bytes " + " ".join(argv if argv is not None else [])).strip()
+    path = report.write(suite, f"bytes per worker per step, N={a.workers}", cmd, [t], [figure(rows)], out_root=a.out,
+                        benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
+    print(f"\n{t.markdown()}\n\nreport: {path / 'report.html'}")
+
+
+def figure(rows):
+    import plotly.graph_objects as go
+    fig = go.Figure()
+    for model in dict.fromkeys(r["model"] for r in rows):
+        sub = [r for r in rows if r["model"] == model and r.get("sent_B")]
+        fig.add_bar(name=model, x=[r["run"] for r in sub], y=[r["sent_B"] for r in sub])
+    fig.update_layout(title="Bytes sent per worker per step (measured)", yaxis_type="log", yaxis_title="bytes",
+                      barmode="group")
+    return fig
+
+
+if __name__ == "__main__":
+    main()
