@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup demo test bench-overhead gpu-check lab clean-runs
+.PHONY: setup system-deps demo test test-notebooks bench-overhead bench-bytes bench-staleness bench-stanza bench-compression gpu-check lab clean-runs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,14 +16,33 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 setup: $(VENV)/.installed          ## virtual environment with the project and its dev tools
 
+system-deps:                       ## (root; Debian/Ubuntu) Chromium for the report-rendering test, iproute2 for network=emulated
+	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium iproute2
+
 demo: setup                        ## the default job: sync DDP, small CNN, digits, 4 CPU ranks
 	$(BIN)/python -m workbench
 
-test: setup                        ## the whole test suite
+test: setup                        ## the whole test suite, then every notebook at its defaults under nbval
 	$(BIN)/python -m pytest -q --durations=15
+	$(MAKE) test-notebooks
+
+test-notebooks: setup              ## every notebook with its default parameters (pytest --nbval-lax)
+	$(BIN)/python -m pytest -q --nbval-lax notebooks/
 
 bench-overhead: setup              ## trainer=sync vs a hand-written DDP script -> BENCHMARKS.md
-	$(BIN)/python -m workbench.bench.overhead --write
+	$(BIN)/python -m workbench.bench overhead --write
+
+bench-bytes: setup                 ## bytes per worker per step, every paradigm, 4 models -> BENCHMARKS.md
+	$(BIN)/python -m workbench.bench bytes --write
+
+bench-staleness: setup             ## time to 90 % on the digits, sync vs hardsync vs n-softsync vs async -> BENCHMARKS.md
+	$(BIN)/python -m workbench.bench staleness --write
+
+bench-stanza: setup                ## Stanza allocation sweep, predicted vs measured -> BENCHMARKS.md
+	$(BIN)/python -m workbench.bench stanza --write
+
+bench-compression: setup           ## every compressor on ResNet-18, and the utility model
+	$(BIN)/python -m workbench.bench compression model=resnet18
 
 gpu-check: setup                   ## every trainer a few steps on this machine's GPUs (PASS/FAIL, samples/s)
 	$(BIN)/python -m workbench.bench.gpu_check

@@ -43,3 +43,11 @@ def test_staleness_suite_reports_time_to_target_and_staleness(tmp_path):
 def test_unknown_suite_is_a_clear_error():
     p = subprocess.run([sys.executable, "-m", "workbench.bench", "latency"], cwd=ROOT, capture_output=True, text=True)
     assert p.returncode == 2 and "latency" in p.stderr and "bytes" in p.stderr
+
+
+@pytest.mark.timeout(900)
+def test_stanza_suite_predicts_every_allocation(tmp_path):
+    _suite(tmp_path, "stanza")
+    rows = list(csv.DictReader(open(tmp_path / "stanza-small_cnn-3p" / "sweep_small_cnn_3.csv")))
+    assert [r["allocation"] for r in rows] == ["2 CONV + 1 FC", "1 CONV + 2 FC", "sync x3 (data parallel)"]
+    assert all(r["status"] == "completed" and float(r["predicted"]) > 0 and float(r["measured"]) > 0 for r in rows)

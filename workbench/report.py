@@ -5,12 +5,15 @@ standalone HTML report (plotly.js inlined: it opens offline) under ``experiments
     python -m workbench.report notebooks/30_stanza.ipynb -p model vgg16 -p nproc 6 -p data synthetic
     python -m workbench.report --all                       # every notebooks/*.ipynb, default parameters
     python -m workbench.report --all -p max_steps 30 --out /tmp/reports --no-input
+    python -m workbench.report notebooks/50_tradeoff_dashboard.ipynb --no-input \
+        -p runs_glob 'experiments/bench/staleness-4w/runs/**' --screenshot docs/img/dashboard.png
 
 Parameter values are read as YAML (``-p nproc 4`` is an int, ``-p trainers '[sync, ps]'`` a list,
 ``-p model vgg16`` a string), as papermill's own ``-p`` does. A notebook runs with its own folder as
 working directory, as in JupyterLab (its ``output_root``/``runs_glob`` parameters are relative to the
 project root wherever it runs). Output: ``<out>/<date>/<time>_<notebook>.ipynb`` and ``.html`` plus ``<out>/index.html``
-linking every report written there. Exit status: 0 if every notebook ran, 1 if any cell failed (its
+linking every report written there. ``--screenshot PNG`` also renders the (last) report in headless
+Chromium and saves a PNG of it (the README's dashboard picture is made this way). Exit status: 0 if every notebook ran, 1 if any cell failed (its
 partial notebook and HTML are still written, with the error).
 """
 from __future__ import annotations
@@ -79,6 +82,32 @@ def write_index(out_dir: Path) -> Path:
     return index
 
 
+def chromium() -> Optional[str]:
+    """The system's Chromium (or Chrome) executable, if any (``make system-deps`` installs one)."""
+    import shutil
+    for name in ("chromium", "chromium-browser", "google-chrome", "chrome", "chromium-headless-shell"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def screenshot(html_path: Path, png: Path, width: int = 1280, height: int = 2600) -> Path:
+    """Render ``html_path`` in headless Chromium (scripts run, so plotly draws) and save a PNG."""
+    import subprocess
+    import tempfile
+    exe = chromium()
+    if exe is None:
+        raise RuntimeError("--screenshot needs Chromium: sudo make system-deps (or apt-get install chromium)")
+    png = Path(png).resolve()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as profile:
+        subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                        f"--user-data-dir={profile}", f"--window-size={width},{height}", "--virtual-time-budget=20000",
+                        f"--screenshot={png}", Path(html_path).resolve().as_uri()],
+                       check=True, capture_output=True, timeout=300)
+    return png
+
+
 def parse_parameters(pairs: Sequence[Sequence[str]]) -> Dict:
     return {name: yaml.safe_load(value) for name, value in pairs or []}
 
@@ -93,7 +122,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--out", type=Path, default=REPORTS, help="report directory (default: experiments/reports)")
     ap.add_argument("--no-input", action="store_true", help="HTML without the code cells")
     ap.add_argument("--timeout", type=int, default=None, help="seconds per cell (default: none)")
+    ap.add_argument("--screenshot", type=Path, metavar="PNG", help="save a headless-Chromium PNG of the last report")
     args = ap.parse_args(argv)
+    if args.screenshot and chromium() is None:
+        ap.error("--screenshot needs Chromium: sudo make system-deps (or apt-get install chromium)")
     books = list(args.notebooks) + (sorted(NOTEBOOKS.glob("*.ipynb")) if args.all else [])
     if not books:
         ap.error("give notebooks or --all")
@@ -111,6 +143,8 @@ def main(argv: Optional[List[str]] = None) -> int:
               flush=True)
     index = write_index(args.out)
     print(f"index: {index}")
+    if args.screenshot and rows[-1]["html"]:
+        print(f"screenshot: {screenshot(Path(rows[-1]['html']), args.screenshot)}")
     return 0 if all(r["status"] == "completed" for r in rows) else 1
 
 

@@ -19,7 +19,9 @@ others on CIFAR-size synthetic data, 3×32×32, 10 classes):
 Measured = worker rank 0's metered bytes per training step (``ranks/rank0.jsonl``), the first two
 steps left out (DDP rebuilds its buckets after step 1; PowerSGD compresses from step 2 on). Sent and
 received are both in the CSV; the table shows sent (for these symmetric algorithms they are equal,
-except the PS headers). Bytes are exact: they do not depend on the machine or its load.
+except the PS headers). Bytes are exact: they do not depend on the machine or its load. samples/s
+(global batch / median step time after step 2) is a by-product of a few small steps, not a
+throughput benchmark.
 """
 from __future__ import annotations
 
@@ -163,8 +165,10 @@ def main(argv=None) -> None:
             continue
         m = per_step(run)
         an = analytic_sent(run, kind, a.workers, kind if kind in ("sync", "ps", "stanza") else "compressed")
+        times = sorted(r["step_time"] for r in run.records() if r.get("kind") == "train" and r["step"] > 2)
         rows.append({"model": model, "run": label, "N": a.workers,
                      "sent_B": round(m["sent"]), "analytic_sent_B": round(an),
+                     "samples/s": round(run.summary["global_batch"] / times[len(times) // 2], 1) if times else None,
                      "measured/analytic": round(m["sent"] / an, 4) if an else None,
                      "recv_B": round(m["recv"]), "control_B": round(m["control"]),
                      "status": "completed"})
@@ -175,7 +179,7 @@ def main(argv=None) -> None:
             r["PS/this"] = round(ref["ps"] / r["sent_B"], 2) if ref.get("ps") else None
             r["ring/this"] = round(ref["sync"] / r["sent_B"], 2) if ref.get("sync") else None
     cols = ["model", "run", "N", "sent_B", "analytic_sent_B", "measured/analytic", "recv_B", "control_B",
-            "PS/this", "ring/this", "status"]
+            "PS/this", "ring/this", "samples/s", "status"]
     t = report.Table(f"bytes_N{a.workers}", f"Bytes per worker per step, N = {a.workers}, batch {a.batch} per worker "
                      f"(B = bytes; PS/this and ring/this: how many times fewer bytes than the PS and the ring)", rows, cols)
     cmd = ("python -m workbench.bench bytes " + " ".join(argv if argv is not None else [])).strip()

@@ -6,5 +6,5 @@
 - :mod:`workbench.ps.rules`: gradient rules (hardsync, n-softsync, async, bounded staleness);
 - :mod:`workbench.ps.stats`: staleness histogram, update sizes, updates/s;
 - :mod:`workbench.ps.trainer`: the worker/server role map and loop the trainers share;
-- :mod:`workbench.ps.bench`: ``python -m workbench.ps.bench`` prints the benchmark tables.
+- benchmarks: ``python -m workbench.bench bytes`` and ``python -m workbench.bench staleness``.
 """

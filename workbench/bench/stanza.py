@@ -1,0 +1,91 @@
+"""Suite ``stanza``: Stanza's allocation sweep, n_f = 1..N−1 FC workers, the performance model's
+predicted throughput next to the measured one, and data parallelism on the same processes.
+
+    python -m workbench.bench stanza                                  # alexnet, N = 4, 8 steps per run
+    python -m workbench.bench stanza --model alexnet --nproc 5 --write
+    python -m workbench.bench stanza --tiny                           # CI smoke: small_cnn, N = 3, 4 steps
+
+Each Stanza run profiles itself first (``trainer.profile=true``: conv and FC time per sample at each
+concurrency, the boundary size, the network's bandwidth), then trains ``--steps`` steps with its fixed
+n_f. Predicted: ``workbench.perfmodel.stanza.throughput`` on that run's own profile, and the PAPERS.md
+reconstruction on the same inputs; measured: global batch / median step period after the first step
+(``summary.json`` → ``stanza``). The last row is ``trainer=sync`` on the same N processes, against
+the data-parallel prediction of the first run's profile. CIFAR-size synthetic data (3×32×32).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import workbench
+from workbench.bench import report
+from workbench.config import validate
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m workbench.bench stanza", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="alexnet")
+    p.add_argument("--nproc", type=int, default=4, help="N processes: n_c + n_f")
+    p.add_argument("--batch", type=int, default=32, help="samples per CONV worker per step")
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--tiny", action="store_true", help="small_cnn on the digits, N = 3, 4 steps: a smoke test")
+    p.add_argument("--out", default=str(report.ROOT / "experiments" / "bench"))
+    p.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
+    a = p.parse_args(argv)
+    if a.tiny:
+        a.model, a.nproc, a.steps, a.batch = "small_cnn", 3, 4, 16
+    data = ["data=digits"] if a.model in ("small_cnn", "lenet5") else ["data=synthetic", "data.num_samples=1024"]
+    suite = f"stanza-{a.model}-{a.nproc}p"
+    out = Path(a.out) / suite
+    base = [f"model={a.model}", *data, f"data.batch_size={a.batch}", f"cluster.nproc={a.nproc}",
+            f"trainer.max_steps={a.steps}", "trainer.eval_every=100000", "trainer.progress=false",
+            "cluster.timeout_s=900", f"output_root={out / 'runs'}"]
+    cfgs = [workbench.compose(base + ["trainer=stanza", f"trainer.fc_workers={n_f}", "trainer.profile=true"])
+            for n_f in range(1, a.nproc)] + [workbench.compose(base + ["trainer=sync"])]
+    for c in cfgs:
+        validate(c)  # every run's config, before the first one starts
+    rows, dp_pred = [], None
+    for cfg in cfgs[:-1]:
+        run = workbench.launch(cfg, progress=False, check=False)
+        st = run.summary.get("stanza")
+        if run.summary.get("status") != "completed" or not st:
+            rows.append({"allocation": f"n_f = {cfg.trainer.fc_workers}", "status": run.summary.get("status")})
+            continue
+        n_f = st["fc_workers"]
+        dp_pred = dp_pred if dp_pred is not None else st.get("dp_samples_per_s")
+        rows.append({"allocation": f"{st['conv_workers']} CONV + {n_f} FC",
+                     "predicted": round(st["predicted_samples_per_s"], 1),
+                     "predicted (PAPERS.md reconstruction)": round(st["paper_predicted_by_fc_workers"][str(n_f)], 1),
+                     "measured": round(st["measured_steady_samples_per_s"], 1),
+                     "error": f"{100 * st['prediction_error']:+.0f} %", "status": "completed"})
+        print(report.Table("x", "", [rows[-1]]).markdown().splitlines()[-1], flush=True)
+    run = workbench.launch(cfgs[-1], progress=False, check=False)
+    times = sorted(r["step_time"] for r in run.records() if r.get("kind") == "train" and r["step"] > 1)
+    if times and run.summary.get("status") == "completed":
+        dp = run.summary["global_batch"] / times[len(times) // 2]
+        rows.append({"allocation": f"sync x{a.nproc} (data parallel)", "predicted": round(dp_pred, 1) if dp_pred else None,
+                     "measured": round(dp, 1), "error": f"{100 * (dp / dp_pred - 1):+.0f} %" if dp_pred else None,
+                     "status": "completed"})
+    cols = ["allocation", "predicted", "predicted (PAPERS.md reconstruction)", "measured", "error", "status"]
+    t = report.Table(f"sweep_{a.model}_{a.nproc}", f"{a.model}, N = {a.nproc} processes, b = {a.batch} per CONV "
+                     f"worker, {a.steps} steps; samples/s (error = measured / predicted − 1)", rows, cols)
+    cmd = ("python -m workbench.bench stanza " + " ".join(argv if argv is not None else [])).strip()
+    path = report.write(suite, f"stanza allocation sweep: {a.model}, N={a.nproc}", cmd, [t], [figure(rows, a.model)],
+                        out_root=a.out, benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
+    print(f"\n{t.markdown()}\n\nreport: {path / 'report.html'}")
+
+
+def figure(rows, model):
+    import plotly.graph_objects as go
+    ok = [r for r in rows if r.get("measured") is not None]
+    fig = go.Figure()
+    fig.add_bar(name="predicted", x=[r["allocation"] for r in ok], y=[r.get("predicted") for r in ok])
+    fig.add_bar(name="measured", x=[r["allocation"] for r in ok], y=[r["measured"] for r in ok])
+    fig.update_layout(title=f"Stanza allocations, {model}: predicted vs measured", yaxis_title="samples/s",
+                      barmode="group")
+    return fig
+
+
+if __name__ == "__main__":
+    main()
