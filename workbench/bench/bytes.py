@@ -25,7 +25,6 @@ throughput benchmark.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from pathlib import Path
@@ -134,16 +133,12 @@ def runs_for(N: int, compressors) -> list:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m workbench.bench bytes", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = report.parser("bytes", __doc__, "small_cnn, 2 workers, 3 compressors")
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--workers", type=int, default=4, help="N")
     p.add_argument("--batch", type=int, default=4, help="samples per worker per step (Stanza's activations scale with it)")
     p.add_argument("--steps", type=int, default=4, help="the first 2 are left out")
     p.add_argument("--compressors", default=",".join(COMPRESSORS))
-    p.add_argument("--tiny", action="store_true", help="small_cnn, 2 workers, 3 compressors: a smoke test")
-    p.add_argument("--out", default=str(report.ROOT / "experiments" / "bench"))
-    p.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
     a = p.parse_args(argv)
     if a.tiny:
         a.models, a.workers, a.compressors = "small_cnn", 2, "none,topk,powersgd"

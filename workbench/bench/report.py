@@ -45,6 +45,18 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def parser(suite: str, doc: str, tiny: str):
+    """A suite's argument parser with the options every suite shares: ``--tiny`` (``tiny`` says what
+    the smoke version runs), ``--out`` and ``--write``."""
+    import argparse
+    p = argparse.ArgumentParser(prog=f"python -m workbench.bench {suite}", description=doc,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tiny", action="store_true", help=f"{tiny}: the CI smoke version")
+    p.add_argument("--out", default=str(ROOT / "experiments" / "bench"), help="reports go to <out>/<suite>/")
+    p.add_argument("--write", action="store_true", help="update the suite's section of BENCHMARKS.md")
+    return p
+
+
 def machine() -> str:
     import os
     import torch

@@ -15,7 +15,6 @@ histogram counts applied gradients of staleness 0, 1, 2, … The straggler is wo
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import workbench
@@ -78,15 +77,11 @@ def figures(rows, target):
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m workbench.bench staleness", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = report.parser("staleness", __doc__, "2 workers, 3 protocols, 20 steps")
     p.add_argument("--workers", type=int, default=4, help="λ, the workers (the PS runs add one server)")
     p.add_argument("--target", type=float, default=0.90, help="target test accuracy")
     p.add_argument("--delay", type=float, default=0.05, help="the straggler's extra seconds per step")
     p.add_argument("--max-steps", type=int, default=300)
-    p.add_argument("--tiny", action="store_true", help="2 workers, 3 protocols, 20 steps: a smoke test")
-    p.add_argument("--out", default=str(report.ROOT / "experiments" / "bench"))
-    p.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
     a = p.parse_args(argv)
     if a.tiny:
         a.workers, a.max_steps, a.target = 2, 20, 0.5

@@ -14,7 +14,6 @@ the data-parallel prediction of the first run's profile. CIFAR-size synthetic da
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import workbench
@@ -23,15 +22,11 @@ from workbench.config import validate
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m workbench.bench stanza", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = report.parser("stanza", __doc__, "small_cnn on the digits, N = 3, 4 steps")
     p.add_argument("--model", default="alexnet")
     p.add_argument("--nproc", type=int, default=4, help="N processes: n_c + n_f")
     p.add_argument("--batch", type=int, default=32, help="samples per CONV worker per step")
     p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--tiny", action="store_true", help="small_cnn on the digits, N = 3, 4 steps: a smoke test")
-    p.add_argument("--out", default=str(report.ROOT / "experiments" / "bench"))
-    p.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
     a = p.parse_args(argv)
     if a.tiny:
         a.model, a.nproc, a.steps, a.batch = "small_cnn", 3, 4, 16
