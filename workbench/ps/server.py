@@ -9,9 +9,10 @@ workers until every worker has said it is done. The loop only moves bytes; *when
 - ``ElasticRule`` in :mod:`workbench.trainers.easgd`: parameters in, elastic averaging of the centre.
 
 A rule implements ``params`` (the shard, flat), ``timestamp``, ``on_push(worker, ts, payload)``,
-``on_pull(worker)``, ``on_done(worker)``, ``on_barrier(worker)``, ``release_barrier(workers)`` — each returning the replies to send now as
-``(worker, status, tensor)`` — ``finish()``, ``stats`` (a :class:`ServerStats`) and ``state_dict()``/``load_state_dict()`` (what
-a checkpoint must hold to continue exactly). A worker whose
+``on_pull(worker)``, ``on_done(worker)``, ``on_barrier(worker)`` (a worker waits at a checkpoint)
+and ``release_barrier(workers)`` — each returning the replies to send now as
+``(worker, status, tensor)`` — ``finish()``, ``stats`` (a :class:`ServerStats`) and
+``state_dict()``/``load_state_dict()`` (what a checkpoint must hold to continue). A worker whose
 reply is withheld is blocked; the rule must release it once it can make progress, and a rule whose
 every worker is waiting must always be able to (the bounded-staleness rule proves it in its tests).
 """
