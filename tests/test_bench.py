@@ -20,12 +20,12 @@ def _suite(tmp_path, *args):
 @pytest.mark.timeout(900)
 def test_bytes_suite_measures_the_analytic_counts(tmp_path):
     out = _suite(tmp_path, "bytes")
-    rows = list(csv.DictReader(open(tmp_path / "bytes" / "bytes_N2.csv")))
+    rows = list(csv.DictReader(open(tmp_path / "bytes-2w" / "bytes_N2.csv")))
     assert [r["run"].split(" ")[0] for r in rows] == ["sync", "ps", "stanza", "compressed:", "compressed:", "compressed:"]
     for r in rows:
         assert r["status"] == "completed", r
         assert int(r["sent_B"]) == int(r["analytic_sent_B"]), r  # exact, to the byte
-    assert (tmp_path / "bytes" / "report.html").read_text().count("plotly") > 0
+    assert (tmp_path / "bytes-2w" / "report.html").read_text().count("plotly") > 0
     assert "| small_cnn |" in out
 
 

@@ -143,7 +143,7 @@ def main(argv=None) -> None:
     if a.tiny:
         a.models, a.workers, a.compressors = "small_cnn", 2, "none,topk,powersgd"
     models = a.models.split(",")
-    suite = "bytes"
+    suite = f"bytes-{a.workers}w"  # one report per N: a run at another N does not overwrite it
     out = Path(a.out) / suite
     rows, jobs = [], []
     for model in models:
