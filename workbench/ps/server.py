@@ -101,9 +101,10 @@ class ServerLoop:
                 barrier.add(sender)
                 replies = rule.on_barrier(sender)
                 if barrier >= active:
-                    if self.on_checkpoint is not None:
-                        self.on_checkpoint(int(hdr[2]))
                     replies += rule.release_barrier(sorted(barrier))
+                    if self.on_checkpoint is not None:
+                        # after the release: the saved clocks say which weights each worker computes on
+                        self.on_checkpoint(int(hdr[2]))
                     barrier.clear()
             elif kind == P.DONE:
                 active.discard(sender)
