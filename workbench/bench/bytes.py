@@ -160,14 +160,14 @@ def main(argv=None) -> None:
             continue
         m = per_step(run)
         an = analytic_sent(run, kind, a.workers, kind if kind in ("sync", "ps", "stanza") else "compressed")
-        times = sorted(r["step_time"] for r in run.records() if r.get("kind") == "train" and r["step"] > 2)
+        sps = report.samples_per_s(run)
         rows.append({"model": model, "run": label, "N": a.workers,
                      "sent_B": round(m["sent"]), "analytic_sent_B": round(an),
-                     "samples/s": round(run.summary["global_batch"] / times[len(times) // 2], 1) if times else None,
+                     "samples/s": round(sps, 1) if sps else None,
                      "measured/analytic": round(m["sent"] / an, 4) if an else None,
                      "recv_B": round(m["recv"]), "control_B": round(m["control"]),
                      "status": "completed"})
-        print(report.Table("x", "", [rows[-1]]).markdown().splitlines()[-1], flush=True)
+        report.progress(rows[-1])
     for r in rows:  # reductions against the PS and the ring of the same model
         ref = {x["run"].split(" ")[0]: x.get("sent_B") for x in rows if x["model"] == r["model"]}
         if r.get("sent_B"):

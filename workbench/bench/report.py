@@ -33,6 +33,18 @@ class Table:
         return "\n".join(lines)
 
 
+def progress(row: dict) -> None:
+    """Print one finished run's row as a Markdown table line, so that a long suite shows progress."""
+    print(Table("progress", "", [row]).markdown().splitlines()[-1], flush=True)
+
+
+def samples_per_s(run, skip: int = 2):
+    """Global batch over the median step time after the first ``skip`` steps (warm-up, DDP's bucket
+    rebuild, PowerSGD's start); ``None`` when the run has no such step."""
+    times = sorted(r["step_time"] for r in run.records() if r.get("kind") == "train" and r["step"] > skip)
+    return run.summary["global_batch"] / times[len(times) // 2] if times else None
+
+
 def _fmt(v) -> str:
     if v is None:
         return ""

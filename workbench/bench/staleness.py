@@ -91,7 +91,7 @@ def main(argv=None) -> None:
     for straggler in (False, True):
         for label, ov, nproc in protocols(a.workers, a.tiny):
             rows.append(run_one(label, ov, nproc, straggler, a, out))
-            print(report.Table("x", "", [rows[-1]]).markdown().splitlines()[-1], flush=True)
+            report.progress(rows[-1])
     cmd = "python -m workbench.bench staleness " + " ".join(argv if argv is not None else [])
     t = report.Table(f"time_lambda{a.workers}", f"λ = {a.workers} workers on the digits, {a.max_steps} steps, "
                      f"target {a.target:.0%}", rows)

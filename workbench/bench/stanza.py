@@ -54,11 +54,10 @@ def main(argv=None) -> None:
                      "predicted (PAPERS.md reconstruction)": round(st["paper_predicted_by_fc_workers"][str(n_f)], 1),
                      "measured": round(st["measured_steady_samples_per_s"], 1),
                      "error": f"{100 * st['prediction_error']:+.0f} %", "status": "completed"})
-        print(report.Table("x", "", [rows[-1]]).markdown().splitlines()[-1], flush=True)
+        report.progress(rows[-1])
     run = workbench.launch(cfgs[-1], progress=False, check=False)
-    times = sorted(r["step_time"] for r in run.records() if r.get("kind") == "train" and r["step"] > 1)
-    if times and run.summary.get("status") == "completed":
-        dp = run.summary["global_batch"] / times[len(times) // 2]
+    dp = report.samples_per_s(run, skip=1) if run.summary.get("status") == "completed" else None
+    if dp:
         rows.append({"allocation": f"sync x{a.nproc} (data parallel)", "predicted": round(dp_pred, 1) if dp_pred else None,
                      "measured": round(dp, 1), "error": f"{100 * (dp / dp_pred - 1):+.0f} %" if dp_pred else None,
                      "status": "completed"})

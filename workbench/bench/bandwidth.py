@@ -1,0 +1,219 @@
+"""Suite ``bandwidth``: a sweep of emulated link rates (``network=emulated``, needs root and
+iproute2): samples/s of every paradigm at each rate, where each one wins, and the compression
+crossover bandwidth measured next to the one the utility model predicts.
+
+    python -m workbench.bench bandwidth --write                          # resnet18 and vgg16, N = 3 workers
+    python -m workbench.bench bandwidth --models resnet18 --bandwidths 50mbit,200mbit,1gbit
+    python -m workbench.bench bandwidth --tiny                           # CI smoke: small_cnn, 2 workers, 2 rates
+
+At each rate, for each model (CIFAR-size synthetic data; small_cnn on the digits), on N workers:
+``trainer=sync`` (DDP's ring all-reduce), ``trainer=ps`` (sync, N workers + 1 server), ``trainer=stanza``
+(N−1 CONV + 1 FC) and ``trainer=compressed`` with PowerSGD, Top-K and signSGD (the ``bytes`` suite's
+settings). Every rank is its own emulated node: its own namespace, a veth link shaped to the rate in
+both directions, the ordinary gloo transport. Before the runs at a rate, ``workbench.network.calibrate``
+measures what the links achieve (recorded in the table: all-reduce bus bandwidth of a 16 MiB tensor
+as a fraction of the rate).
+
+Measured: global batch / median step time after step 2. Predicted (the compressors and sync only):
+``workbench.perfmodel.compression`` calibrated once per model from a ``compressor=none`` run with
+``trainer.calibrate_steps=3`` at the calibration rate (``--calibrate-at``, default the highest: there
+the wait for the network least pollutes the compute times the model separates), each compressor's
+payload and encode/decode time from its own run, and the network at each other rate scaled by what
+the link probe achieved there. Crossover: the link rate below which a compressor beats sync.
+Measured, by log-linear interpolation of the measured speed-up between adjacent rates; predicted,
+the model's crossover bus bandwidth converted to a link rate through the probes (at the lowest
+rate's efficiency, where the link is the limit).
+
+Why these rates: a CPU computes one to two orders of magnitude slower than the papers' GPUs, so the
+papers' 1–100 Gbit/s networks are re-created by their *ratio* of communication to computation time,
+not by their rate. The winners table shows that ratio (``comm/compute``: predicted ring all-reduce
+time of one step over the backward compute time) for each rate; a paper's setting corresponds to the
+rate here with the same ratio. Above a few Gbit/s the links stop being the limit (gloo on 2 cores
+moves about 4 Gbit/s); the link probe column shows where.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import workbench
+from workbench.bench import report
+from workbench.bench.bytes import data_overrides, runs_for
+from workbench.config import validate
+
+RATES = {"resnet18": "50mbit,200mbit,1gbit,4gbit", "vgg16": "500mbit,2gbit,8gbit", "small_cnn": "5mbit,100mbit"}
+COMPRESSORS = ("powersgd", "topk", "signsgd")
+PROBE_MB = 16  # the link probe's message size (large: the bandwidth regime)
+
+
+def main(argv=None) -> None:
+    p = report.parser("bandwidth", __doc__, "small_cnn on the digits, 2 workers, 5mbit and 100mbit, PowerSGD only")
+    p.add_argument("--models", default="resnet18,vgg16")
+    p.add_argument("--bandwidths", help="comma-separated link rates for every model (default per model: "
+                   + "; ".join(f"{m}: {r}" for m, r in RATES.items()) + ")")
+    p.add_argument("--workers", type=int, default=3, help="N")
+    p.add_argument("--batch", type=int, default=16, help="samples per worker per step")
+    p.add_argument("--steps", type=int, default=5, help="steps per run; the first 2 are warm-up")
+    p.add_argument("--compressors", default=",".join(COMPRESSORS))
+    p.add_argument("--calibrate-at", help="link rate of the utility model's calibration run (default: the highest)")
+    a = p.parse_args(argv)
+    if a.tiny:
+        a.models, a.workers, a.compressors, a.steps, a.bandwidths = "small_cnn", 2, "powersgd", 3, None
+    from workbench.network import parse_rate
+    plan = {}
+    for model in a.models.split(","):
+        rates = sorted((a.bandwidths or RATES.get(model, RATES["resnet18"])).split(","), key=parse_rate)
+        plan[model] = (rates, a.calibrate_at or rates[-1])
+    suite = f"bandwidth-{a.workers}w"
+    out = Path(a.out) / suite
+    jobs = []  # (model, rate, label, kind, cfg); every config validated before the first run starts
+    for model, (rates, cal_rate) in plan.items():
+        def cfg(rate, ov):
+            return workbench.compose(ov + data_overrides(model, a.batch) + [
+                f"model={model}", "network=emulated", f"network.bandwidth={rate}", f"trainer.max_steps={a.steps}",
+                "trainer.eval_every=100000", "trainer.progress=false", "cluster.timeout_s=900",
+                f"output_root={out / 'runs'}"])
+        jobs.append((model, cal_rate, "model calibration: compressed none", "calibration",
+                     cfg(cal_rate, ["trainer=compressed", "compressor=none", f"cluster.nproc={a.workers}",
+                                    "trainer.calibrate_steps=3"])))
+        for rate in rates:
+            for label, kind, ov in runs_for(a.workers, a.compressors.split(",")):
+                jobs.append((model, rate, label.replace(" (a CONV worker)", ""), kind, cfg(rate, ov)))
+    for *_, c in jobs:
+        validate(c)
+
+    from workbench.network.calibrate import calibrate as probe_link
+    probes, runs, rows = {}, {}, []
+    for model, rate, label, kind, c in jobs:
+        if rate not in probes:
+            res = probe_link(a.workers, rate, sizes_mb=(PROBE_MB,), repeats=2)
+            probes[rate] = next(r for r in res["rows"] if r["kind"] == "allreduce")["achieved_bits_per_s"]
+            print(f"link probe {rate}: all-reduce {probes[rate] / 1e6:,.0f} Mbit/s "
+                  f"({probes[rate] / parse_rate(rate):.0%} of the rate)", flush=True)
+        run = workbench.launch(c, progress=False, check=False)
+        ok = run.summary.get("status") == "completed"
+        runs[(model, rate, kind)] = run if ok else None
+        if kind == "calibration":
+            continue
+        sps = report.samples_per_s(run) if ok else None
+        rows.append({"model": model, "bandwidth": rate, "run": label, "kind": kind,
+                     "link": f"{probes[rate] / parse_rate(rate):.0%}",
+                     "samples/s": round(sps, 2) if sps else None, "status": run.summary.get("status")})
+        report.progress(rows[-1])
+
+    crossings, winners = [], []
+    for model, (rates, cal_rate) in plan.items():
+        model_rows = [r for r in rows if r["model"] == model]
+        pred = predictions(model, rates, cal_rate, runs, probes, a.compressors.split(","))
+        for r in model_rows:
+            sync = next((x["samples/s"] for x in model_rows if x["bandwidth"] == r["bandwidth"] and x["kind"] == "sync"), None)
+            r["vs sync"] = round(r["samples/s"] / sync, 2) if r["samples/s"] and sync else None
+            pr = pred.get("samples", {}).get((r["bandwidth"], r["kind"]))
+            r["predicted samples/s"] = round(pr, 2) if pr else None
+            r["error"] = f"{100 * (pr / r['samples/s'] - 1):+.0f} %" if pr and r["samples/s"] else None
+        for comp in a.compressors.split(","):
+            speed = [(parse_rate(x["bandwidth"]), x["vs sync"]) for x in model_rows if x["kind"] == comp and x["vs sync"]]
+            measured = crossing(speed)
+            predicted = pred.get("crossover", {}).get(comp)
+            crossings.append({"model": model, "compressor": comp, "measured crossover": rate_text(measured),
+                              "predicted crossover": rate_text(predicted),
+                              "predicted / measured": (f"{predicted / measured:.2f}" if finite(measured)
+                                                       and finite(predicted) else None),
+                              "speed-up vs sync, lowest → highest rate": " → ".join(f"{s:.2f}" for _, s in speed)})
+        for rate in rates:
+            at = [x for x in model_rows if x["bandwidth"] == rate and x["samples/s"]]
+            if not at:
+                continue
+            best = max(at, key=lambda x: x["samples/s"])
+            by = {x["kind"]: x["samples/s"] for x in at}
+            winners.append({"model": model, "bandwidth": rate, "comm/compute": pred.get("ratio", {}).get(rate),
+                            "winner": best["run"], "samples/s": best["samples/s"],
+                            "stanza / ps": round(by["stanza"] / by["ps"], 2) if by.get("stanza") and by.get("ps") else None,
+                            "powersgd / sync": round(by["powersgd"] / by["sync"], 2) if by.get("powersgd") and by.get("sync") else None})
+    cols = ["model", "bandwidth", "link", "run", "samples/s", "vs sync", "predicted samples/s", "error", "status"]
+    tables = [report.Table(f"sweep_N{a.workers}", f"samples/s per paradigm and link rate, N = {a.workers} workers, batch "
+                           f"{a.batch} per worker, {a.steps} steps (link: all-reduce bus bandwidth the probe achieved, "
+                           "of the rate; predicted: the compression-utility model)", rows, cols),
+              report.Table(f"winners_N{a.workers}", "Where each paradigm wins (comm/compute: predicted ring all-reduce "
+                           "time over backward compute time, the quantity that maps a rate here onto a paper's network)",
+                           winners),
+              report.Table(f"crossover_N{a.workers}", "Compression crossover: the link rate below which the compressor "
+                           "beats sync, measured vs predicted by the utility model", crossings)]
+    cmd = ("python -m workbench.bench bandwidth " + " ".join(argv if argv is not None else [])).strip()
+    path = report.write(suite, f"bandwidth sweep, N={a.workers}", cmd + "   (as root)", tables,
+                        [figure(rows, m) for m in plan], out_root=a.out,
+                        benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
+    print("\n\n".join(t.markdown() for t in tables) + f"\n\nreport: {path / 'report.html'}")
+
+
+def predictions(model, rates, cal_rate, runs, probes, compressors) -> dict:
+    """The utility model's samples/s of sync and each compressor at every rate, its comm/compute
+    ratio, and each compressor's crossover link rate (bits/s; inf: pays at every rate)."""
+    from workbench.network import parse_rate
+    from workbench.perfmodel import compression as pmc
+    base = runs.get((model, cal_rate, "calibration"))
+    if base is None:
+        return {}
+    work, net = pmc.calibrate(base)
+    batch = base.summary["global_batch"]
+    out = {"samples": {}, "ratio": {}, "crossover": {}}
+    for rate in rates:
+        n = net.at(net.bandwidth * probes[rate] / probes[cal_rate])
+        out["samples"][(rate, "sync")] = batch / pmc.iteration_time(work, n)
+        out["ratio"][rate] = round(sum(pmc.comm_times(work, n)) / (work.overlap * work.backward_s), 2)
+        for comp in compressors:
+            if runs.get((model, rate, comp)) is not None:
+                c = pmc.compression_of(runs[(model, rate, comp)])
+                out["samples"][(rate, comp)] = batch / pmc.iteration_time(work, n, c)
+    for comp in compressors:
+        if runs.get((model, cal_rate, comp)) is not None:
+            bw = pmc.crossover_bandwidth(work, net, pmc.compression_of(runs[(model, cal_rate, comp)]))
+            # bus bandwidth in training -> what the probe would see -> the link rate giving that, at the
+            # lowest rate's efficiency (valid below the rate where the links stop being the limit)
+            eff = probes[rates[0]] / parse_rate(rates[0])
+            out["crossover"][comp] = bw if bw is None or math.isinf(bw) else bw * probes[cal_rate] / net.bandwidth / eff
+    return out
+
+
+def crossing(points):
+    """The rate where a measured speed-up crosses 1, falling from > 1 (low rates) to < 1: log-linear
+    interpolation between the two adjacent rates. ``inf``: > 1 at every rate; ``None``: never > 1."""
+    if not points:
+        return None
+    if all(s > 1 for _, s in points):
+        return math.inf
+    for (r0, s0), (r1, s1) in zip(points, points[1:]):
+        if s0 > 1 >= s1:
+            t = (s0 - 1) / (s0 - s1)
+            return math.exp(math.log(r0) + t * (math.log(r1) - math.log(r0)))
+    return None
+
+
+def finite(x) -> bool:
+    return isinstance(x, float) and math.isfinite(x)
+
+
+def rate_text(bits):
+    if bits is None:
+        return "never pays"
+    if math.isinf(bits):
+        return "above the sweep"
+    return f"{bits / 1e9:.3g} Gbit/s" if bits >= 1e9 else f"{bits / 1e6:.3g} Mbit/s"
+
+
+def figure(rows, model):
+    import plotly.graph_objects as go
+    from workbench.network import parse_rate
+    fig = go.Figure()
+    for label in dict.fromkeys(r["run"] for r in rows if r["model"] == model):
+        sub = sorted((r for r in rows if r["model"] == model and r["run"] == label and r["samples/s"]),
+                     key=lambda r: parse_rate(r["bandwidth"]))
+        fig.add_scatter(name=label, x=[parse_rate(r["bandwidth"]) / 1e6 for r in sub], y=[r["samples/s"] for r in sub],
+                        mode="lines+markers")
+    fig.update_layout(title=f"{model}: samples/s against the emulated link rate", xaxis_type="log",
+                      xaxis_title="link rate (Mbit/s)", yaxis_title="samples/s")
+    return fig
+
+
+if __name__ == "__main__":
+    main()
