@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup system-deps demo test test-notebooks bench-overhead bench-bytes bench-staleness bench-stanza bench-compression gpu-check lab clean-runs
+.PHONY: setup system-deps demo test test-notebooks bench-overhead bench-bytes bench-staleness bench-stanza bench-compression bench-bandwidth gpu-check lab clean-runs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,9 @@ bench-stanza: setup                ## Stanza allocation sweep, predicted vs meas
 
 bench-compression: setup           ## every compressor on ResNet-18, and the utility model
 	$(BIN)/python -m workbench.bench compression model=resnet18
+
+bench-bandwidth: setup             ## emulated link-rate sweep (root): samples/s per paradigm, compression crossover -> BENCHMARKS.md
+	$(BIN)/python -m workbench.bench bandwidth --write
 
 gpu-check: setup                   ## every trainer a few steps on this machine's GPUs (PASS/FAIL, samples/s)
 	$(BIN)/python -m workbench.bench.gpu_check

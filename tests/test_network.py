@@ -61,3 +61,26 @@ def test_links_are_really_shaped():
     for r in res["rows"]:
         assert r["achieved_bits_per_s"] < 1.15 * 50e6, r
     assert leftovers() == []
+
+
+@needs_root
+@pytest.mark.timeout(120)
+def test_killed_owner_leaves_no_namespace():
+    """`kill` (SIGTERM) of the process that owns a network still removes its namespaces."""
+    import signal
+    import sys
+    code = ("from workbench.network.emulated import EmulatedNetwork; import time\n"
+            "net = EmulatedNetwork(2, '100mbit').open(); print('up', flush=True); time.sleep(100)")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "up" and len(leftovers()) == 3  # two nodes and the bridge
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=60) == 128 + signal.SIGTERM
+    assert leftovers() == []
+
+
+@needs_root
+def test_emulated_ranks_share_the_cores(run_overrides):
+    """Every emulated node is a process on this machine: threads per rank = cores // nodes, not
+    cores // 1 (each agent sees one local rank)."""
+    run = launch_run(run_overrides + ["network=emulated", "cluster.nproc=2", "trainer.max_steps=2"])
+    assert run.summary["threads_per_rank"] == max(1, (os.cpu_count() or 1) // 2)

@@ -43,7 +43,11 @@ def choose_device(cluster, local_rank: int = 0) -> torch.device:
 def threads_per_rank(cluster, local_world_size: int) -> int:
     if cluster.threads > 0:
         return cluster.threads
-    return max(1, (os.cpu_count() or 1) // max(1, local_world_size))
+    # An emulated cluster's nodes all share this machine: each agent sees LOCAL_WORLD_SIZE=1, but
+    # its rank must share the cores with every other node's (oversubscribed OpenMP threads spin
+    # against gloo's and slowed DDP's overlapped all-reduce 2-4x).
+    sharing = int(os.environ.get("WORKBENCH_HOST_RANKS", local_world_size))
+    return max(1, (os.cpu_count() or 1) // max(1, sharing))
 
 
 def init(cluster) -> DistInfo:

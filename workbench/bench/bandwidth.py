@@ -38,7 +38,7 @@ from pathlib import Path
 
 import workbench
 from workbench.bench import report
-from workbench.bench.bytes import data_overrides, runs_for
+from workbench.bench.bytes import runs_for
 from workbench.config import validate
 
 RATES = {"resnet18": "50mbit,200mbit,1gbit,4gbit", "vgg16": "500mbit,2gbit,8gbit", "small_cnn": "5mbit,100mbit"}
@@ -69,7 +69,7 @@ def main(argv=None) -> None:
     jobs = []  # (model, rate, label, kind, cfg); every config validated before the first run starts
     for model, (rates, cal_rate) in plan.items():
         def cfg(rate, ov):
-            return workbench.compose(ov + data_overrides(model, a.batch) + [
+            return workbench.compose(ov + report.data_overrides(model, a.batch) + [
                 f"model={model}", "network=emulated", f"network.bandwidth={rate}", f"trainer.max_steps={a.steps}",
                 "trainer.eval_every=100000", "trainer.progress=false", "cluster.timeout_s=900",
                 f"output_root={out / 'runs'}"])

@@ -54,10 +54,6 @@ SETTINGS = {"topk": [f"compressor.k={K}"], "mstopk": [f"compressor.k={K}"], "ran
             "powersgd": ["compressor.start_iter=2"], "qsgd": ["compressor.levels=16"]}
 
 
-def data_overrides(model: str, batch: int) -> list:
-    if model in ("small_cnn", "lenet5"):
-        return ["data=digits", f"data.batch_size={batch}"]
-    return ["data=synthetic", "data.num_samples=256", f"data.batch_size={batch}"]
 
 
 def per_step(run, rank: int = 0, skip: int = 2) -> dict:
@@ -148,7 +144,7 @@ def main(argv=None) -> None:
     rows, jobs = [], []
     for model in models:
         for label, kind, ov in runs_for(a.workers, a.compressors.split(",")):
-            cfg = workbench.compose(ov + data_overrides(model, a.batch) + [
+            cfg = workbench.compose(ov + report.data_overrides(model, a.batch) + [
                 f"model={model}", f"trainer.max_steps={a.steps}", "trainer.eval_every=100000", "trainer.progress=false",
                 "cluster.timeout_s=600", f"output_root={out / 'runs'}"])
             validate(cfg)  # every run's config, before the first one starts

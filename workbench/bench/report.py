@@ -33,6 +33,14 @@ class Table:
         return "\n".join(lines)
 
 
+def data_overrides(model: str, batch: int, samples: int = 256) -> list:
+    """The suites' data: the digits for the models made for 8×8 inputs, CIFAR-size synthetic data
+    (3×32×32, 10 classes) for the others."""
+    if model in ("small_cnn", "lenet5"):
+        return ["data=digits", f"data.batch_size={batch}"]
+    return ["data=synthetic", f"data.num_samples={samples}", f"data.batch_size={batch}"]
+
+
 def progress(row: dict) -> None:
     """Print one finished run's row as a Markdown table line, so that a long suite shows progress."""
     print(Table("progress", "", [row]).markdown().splitlines()[-1], flush=True)

@@ -30,10 +30,9 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     if a.tiny:
         a.model, a.nproc, a.steps, a.batch = "small_cnn", 3, 4, 16
-    data = ["data=digits"] if a.model in ("small_cnn", "lenet5") else ["data=synthetic", "data.num_samples=1024"]
     suite = f"stanza-{a.model}-{a.nproc}p"
     out = Path(a.out) / suite
-    base = [f"model={a.model}", *data, f"data.batch_size={a.batch}", f"cluster.nproc={a.nproc}",
+    base = [f"model={a.model}", *report.data_overrides(a.model, a.batch, 1024), f"cluster.nproc={a.nproc}",
             f"trainer.max_steps={a.steps}", "trainer.eval_every=100000", "trainer.progress=false",
             "cluster.timeout_s=900", f"output_root={out / 'runs'}"]
     cfgs = [workbench.compose(base + ["trainer=stanza", f"trainer.fc_workers={n_f}", "trainer.profile=true"])

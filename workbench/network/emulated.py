@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import subprocess
+import threading
 import uuid
 from typing import Dict, List, Optional
 
@@ -31,6 +33,10 @@ def _run(cmd: List[str]) -> str:
     if p.returncode != 0:
         raise NetworkSetupError(f"`{' '.join(cmd)}` failed: {p.stderr.strip() or p.stdout.strip()}")
     return p.stdout
+
+
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
 
 
 def namespaces() -> List[str]:
@@ -55,6 +61,7 @@ class EmulatedNetwork:
         self.node_ns = [f"wb{self.id}n{k}" for k in range(nodes)]
         self._created: List[str] = []
         self._procs: List[subprocess.Popen] = []
+        self._sigterm = None
 
     def address(self, k: int) -> str:
         return f"{self.subnet}.{k + 1}"
@@ -78,6 +85,10 @@ class EmulatedNetwork:
 
     def open(self) -> "EmulatedNetwork":
         atexit.register(self.close)
+        if threading.current_thread() is threading.main_thread():
+            # SIGTERM would end the interpreter without unwinding (no finally, no atexit): turn it into
+            # SystemExit so that close() runs and no namespace outlives a `kill`
+            self._sigterm = signal.signal(signal.SIGTERM, _exit_on_sigterm)
         try:
             _run(["ip", "netns", "add", self.bridge_ns])
             self._created.append(self.bridge_ns)
@@ -121,6 +132,9 @@ class EmulatedNetwork:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         self._created.clear()
         atexit.unregister(self.close)
+        if self._sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._sigterm)
+            self._sigterm = None
 
     def __enter__(self) -> "EmulatedNetwork":
         return self.open()

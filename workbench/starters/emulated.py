@@ -49,7 +49,7 @@ class EmulatedStarter(Starter):
                     "--local-addr", net.address(k), "--max-restarts", str(c.max_restarts),
                     "--monitor-interval", str(c.monitor_interval_s),
                     "-m", "workbench.worker", "--run-dir", str(Path(run_dir).resolve())],
-                    stdout=log, stderr=subprocess.STDOUT), log))
+                    stdout=log, stderr=subprocess.STDOUT, env={"WORKBENCH_HOST_RANKS": str(c.nproc)}), log))
             return self._wait(agents, run_dir, c.timeout_s)
         finally:
             net.close()
