@@ -25,13 +25,17 @@ def test_iteration_time_overlap_and_compression():
     slow = Network(bandwidth=1e8)
     assert iteration_time(work, slow) == pytest.approx(0.050 + 0.900)  # network bound: 900 ms
     comp = Compression("x", "allreduce", payload_bytes=[1e6, 1e6, 0.4e6], encode_s=0.020, decode_s=0.010)
-    # compressed comm 2·2.4e6·3/(4e8) = 36 ms < 110 ms: 50 + 110 + 30
-    assert iteration_time(work, slow, comp) == pytest.approx(0.190)
-    assert speedup(work, slow, comp) == pytest.approx(0.950 / 0.190)
+    # compressed comm 2·2.4e6·3/(4e8) = 36 ms, 4 % of sync's 900 ms, so backward keeps 4 % of its
+    # 10 % slowdown: λ_c = 1.004; 50 + 100.4 + 30
+    assert iteration_time(work, slow, comp) == pytest.approx(0.1804)
+    assert speedup(work, slow, comp) == pytest.approx(0.950 / 0.1804)
     assert compression_ratio(work, comp) == pytest.approx(25)
     ag = Compression("y", "allgather", payload_bytes=[1e6, 1e6, 0.4e6], encode_s=0.0)
-    # all-gather: 3·2.4e6/1e8 = 72 ms
-    assert iteration_time(work, slow, ag) == pytest.approx(0.050 + 0.110)
+    # all-gather: 3·2.4e6/1e8 = 72 ms, 8 % of 900 ms: λ_c = 1.008
+    assert iteration_time(work, slow, ag) == pytest.approx(0.050 + 0.1008)
+    # a compressor that communicates as much as sync pays the whole λ
+    same = Compression("z", "allreduce", payload_bytes=[25e6, 25e6, 10e6])
+    assert iteration_time(work, net, same) == pytest.approx(iteration_time(work, net))
     assert iteration_time(work, Network(1e7), ag) == pytest.approx(0.050 + 0.720)
 
 

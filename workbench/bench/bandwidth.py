@@ -33,6 +33,7 @@ moves about 4 Gbit/s); the link probe column shows where.
 """
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -40,6 +41,7 @@ import workbench
 from workbench.bench import report
 from workbench.bench.bytes import runs_for
 from workbench.config import validate
+from workbench.runs import Run
 
 RATES = {"resnet18": "50mbit,200mbit,1gbit,4gbit", "vgg16": "500mbit,2gbit,8gbit", "small_cnn": "5mbit,100mbit"}
 COMPRESSORS = ("powersgd", "topk", "signsgd")
@@ -56,6 +58,8 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=5, help="steps per run; the first 2 are warm-up")
     p.add_argument("--compressors", default=",".join(COMPRESSORS))
     p.add_argument("--calibrate-at", help="link rate of the utility model's calibration run (default: the highest)")
+    p.add_argument("--from-runs", action="store_true", help="no new runs: rebuild the tables from <out>/bandwidth-<N>w/"
+                   "index.json (the runs and link probes of the last sweep)")
     a = p.parse_args(argv)
     if a.tiny:
         a.models, a.workers, a.compressors, a.steps, a.bandwidths = "small_cnn", 2, "powersgd", 3, None
@@ -79,27 +83,33 @@ def main(argv=None) -> None:
         for rate in rates:
             for label, kind, ov in runs_for(a.workers, a.compressors.split(",")):
                 jobs.append((model, rate, label.replace(" (a CONV worker)", ""), kind, cfg(rate, ov)))
-    for *_, c in jobs:
+    for *_, c in ([] if a.from_runs else jobs):
         validate(c)
 
-    from workbench.network.calibrate import calibrate as probe_link
-    probes, runs, rows = {}, {}, []
-    for model, rate, label, kind, c in jobs:
-        if rate not in probes:
-            res = probe_link(a.workers, rate, sizes_mb=(PROBE_MB,), repeats=2)
-            probes[rate] = next(r for r in res["rows"] if r["kind"] == "allreduce")["achieved_bits_per_s"]
-            print(f"link probe {rate}: all-reduce {probes[rate] / 1e6:,.0f} Mbit/s "
-                  f"({probes[rate] / parse_rate(rate):.0%} of the rate)", flush=True)
-        run = workbench.launch(c, progress=False, check=False)
-        ok = run.summary.get("status") == "completed"
-        runs[(model, rate, kind)] = run if ok else None
-        if kind == "calibration":
-            continue
-        sps = report.samples_per_s(run) if ok else None
-        rows.append({"model": model, "bandwidth": rate, "run": label, "kind": kind,
-                     "link": f"{probes[rate] / parse_rate(rate):.0%}",
-                     "samples/s": round(sps, 2) if sps else None, "status": run.summary.get("status")})
-        report.progress(rows[-1])
+    index = out / "index.json"  # what ran where, and the probes: --from-runs rebuilds the tables from it
+    if a.from_runs:
+        saved = json.loads(index.read_text())
+        probes, entries = saved["probes"], saved["runs"]
+        plan = {e["model"]: (sorted({x["rate"] for x in entries if x["model"] == e["model"]}, key=parse_rate), e["rate"])
+                for e in entries if e["kind"] == "calibration"}
+        a.compressors = ",".join(dict.fromkeys(e["kind"] for e in entries if e["label"].startswith("compressed:")))
+    else:
+        probes, entries = {}, []
+        from workbench.network.calibrate import calibrate as probe_link
+        for model, rate, label, kind, c in jobs:
+            if rate not in probes:
+                res = probe_link(a.workers, rate, sizes_mb=(PROBE_MB,), repeats=2)
+                probes[rate] = next(r for r in res["rows"] if r["kind"] == "allreduce")["achieved_bits_per_s"]
+                print(f"link probe {rate}: all-reduce {probes[rate] / 1e6:,.0f} Mbit/s "
+                      f"({probes[rate] / parse_rate(rate):.0%} of the rate)", flush=True)
+            run = workbench.launch(c, progress=False, check=False)
+            entries.append({"model": model, "rate": rate, "label": label, "kind": kind, "run_dir": str(run.path)})
+            index.write_text(json.dumps({"probes": probes, "runs": entries}, indent=1))
+            if kind != "calibration":
+                report.progress(row(entries[-1], probes))
+    runs = {(e["model"], e["rate"], e["kind"]): Run(e["run_dir"]) for e in entries}
+    runs = {k: r for k, r in runs.items() if r.summary.get("status") == "completed"}
+    rows = [row(e, probes) for e in entries if e["kind"] != "calibration"]
 
     crossings, winners = [], []
     for model, (rates, cal_rate) in plan.items():
@@ -146,6 +156,16 @@ def main(argv=None) -> None:
     print("\n\n".join(t.markdown() for t in tables) + f"\n\nreport: {path / 'report.html'}")
 
 
+def row(entry, probes) -> dict:
+    from workbench.network import parse_rate
+    run = Run(entry["run_dir"])
+    ok = run.summary.get("status") == "completed"
+    sps = report.samples_per_s(run) if ok else None
+    return {"model": entry["model"], "bandwidth": entry["rate"], "run": entry["label"], "kind": entry["kind"],
+            "link": f"{probes[entry['rate']] / parse_rate(entry['rate']):.0%}",
+            "samples/s": round(sps, 2) if sps else None, "status": run.summary.get("status")}
+
+
 def predictions(model, rates, cal_rate, runs, probes, compressors) -> dict:
     """The utility model's samples/s of sync and each compressor at every rate, its comm/compute
     ratio, and each compressor's crossover link rate (bits/s; inf: pays at every rate)."""
@@ -155,23 +175,28 @@ def predictions(model, rates, cal_rate, runs, probes, compressors) -> dict:
     if base is None:
         return {}
     work, net = pmc.calibrate(base)
+    # Seconds per byte of the all-reduce = the link's (1 / what the probe achieves at that rate) + the
+    # host's (copies and reductions competing with backward for the same cores): the in-situ
+    # calibration at cal_rate measures the sum, its probe the link's share; the host's share stays.
+    host = max(0.0, 1 / net.bandwidth - 8 / probes[cal_rate])
     batch = base.summary["global_batch"]
     out = {"samples": {}, "ratio": {}, "crossover": {}}
     for rate in rates:
-        n = net.at(net.bandwidth * probes[rate] / probes[cal_rate])
+        n = net.at(1 / (8 / probes[rate] + host))
         out["samples"][(rate, "sync")] = batch / pmc.iteration_time(work, n)
         out["ratio"][rate] = round(sum(pmc.comm_times(work, n)) / (work.overlap * work.backward_s), 2)
         for comp in compressors:
             if runs.get((model, rate, comp)) is not None:
                 c = pmc.compression_of(runs[(model, rate, comp)])
                 out["samples"][(rate, comp)] = batch / pmc.iteration_time(work, n, c)
+    eff = probes[rates[0]] / parse_rate(rates[0])  # probe / rate where the link is the limit
     for comp in compressors:
         if runs.get((model, cal_rate, comp)) is not None:
             bw = pmc.crossover_bandwidth(work, net, pmc.compression_of(runs[(model, cal_rate, comp)]))
-            # bus bandwidth in training -> what the probe would see -> the link rate giving that, at the
-            # lowest rate's efficiency (valid below the rate where the links stop being the limit)
-            eff = probes[rates[0]] / parse_rate(rates[0])
-            out["crossover"][comp] = bw if bw is None or math.isinf(bw) else bw * probes[cal_rate] / net.bandwidth / eff
+            if bw is None or math.isinf(bw) or 1 / bw <= host:
+                out["crossover"][comp] = None if bw is None else math.inf  # no link rate makes the bus that slow/fast
+            else:  # the link rate whose bus bandwidth, with the host's share, equals the crossover
+                out["crossover"][comp] = 8 / (1 / bw - host) / eff
     return out
 
 
