@@ -18,11 +18,14 @@ Measured: global batch / median step time after step 2. Predicted (the compresso
 ``workbench.perfmodel.compression`` calibrated once per model from a ``compressor=none`` run with
 ``trainer.calibrate_steps=3`` at the calibration rate (``--calibrate-at``, default the highest: there
 the wait for the network least pollutes the compute times the model separates), each compressor's
-payload and encode/decode time from its own run, and the network at each other rate scaled by what
-the link probe achieved there. Crossover: the link rate below which a compressor beats sync.
-Measured, by log-linear interpolation of the measured speed-up between adjacent rates; predicted,
-the model's crossover bus bandwidth converted to a link rate through the probes (at the lowest
-rate's efficiency, where the link is the limit).
+payload and encode/decode time from its own run. The network at each rate: seconds per byte =
+the link's (1 / the probe's bus bandwidth at that rate) + the host's (copies and reductions sharing
+the cores with backward: what the calibration run's in-situ bandwidth leaves beyond its own link's
+share). Crossover: the link rate below which a compressor beats sync. Measured, by log-linear
+interpolation of the measured speed-up between adjacent rates; predicted, the model's crossover
+bus bandwidth converted to a link rate the same way (at the lowest rate's probe efficiency).
+``--from-runs`` rebuilds every table from the last sweep's runs and probes (``index.json``), e.g.
+after a change to the model.
 
 Why these rates: a CPU computes one to two orders of magnitude slower than the papers' GPUs, so the
 papers' 1–100 Gbit/s networks are re-created by their *ratio* of communication to computation time,
