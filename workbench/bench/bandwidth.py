@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import datetime, timezone
 from pathlib import Path
 
 import workbench
@@ -152,8 +153,11 @@ def main(argv=None) -> None:
                            winners),
               report.Table(f"crossover_N{a.workers}", "Compression crossover: the link rate below which the compressor "
                            "beats sync, measured vs predicted by the utility model", crossings)]
-    cmd = ("python -m workbench.bench bandwidth " + " ".join(argv if argv is not None else [])).strip()
-    path = report.write(suite, f"bandwidth sweep, N={a.workers}", cmd + "   (as root)", tables,
+    args = [x for x in (argv if argv is not None else []) if x != "--from-runs"]
+    cmd = ("python -m workbench.bench bandwidth " + " ".join(args)).strip() + "   (as root)"
+    if a.from_runs:  # the runs came from the sweep command; these tables were rebuilt from them
+        cmd += f"; tables rebuilt from its runs with --from-runs on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
+    path = report.write(suite, f"bandwidth sweep, N={a.workers}", cmd, tables,
                         [figure(rows, m) for m in plan], out_root=a.out,
                         benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
     print("\n\n".join(t.markdown() for t in tables) + f"\n\nreport: {path / 'report.html'}")
