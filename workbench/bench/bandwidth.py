@@ -110,10 +110,10 @@ def main(argv=None) -> None:
             entries.append({"model": model, "rate": rate, "label": label, "kind": kind, "run_dir": str(run.path)})
             index.write_text(json.dumps({"probes": probes, "runs": entries}, indent=1))
             if kind != "calibration":
-                report.progress(row(entries[-1], probes))
-    runs = {(e["model"], e["rate"], e["kind"]): Run(e["run_dir"]) for e in entries}
-    runs = {k: r for k, r in runs.items() if r.summary.get("status") == "completed"}
-    rows = [row(e, probes) for e in entries if e["kind"] != "calibration"]
+                report.progress(row(entries[-1], run, probes))
+    loaded = [(e, Run(e["run_dir"])) for e in entries]  # each run's summary and records read once
+    runs = {(e["model"], e["rate"], e["kind"]): r for e, r in loaded if r.summary.get("status") == "completed"}
+    rows = [row(e, r, probes) for e, r in loaded if e["kind"] != "calibration"]
 
     crossings, winners = [], []
     for model, (rates, cal_rate) in plan.items():
@@ -163,9 +163,8 @@ def main(argv=None) -> None:
     print("\n\n".join(t.markdown() for t in tables) + f"\n\nreport: {path / 'report.html'}")
 
 
-def row(entry, probes) -> dict:
+def row(entry, run, probes) -> dict:
     from workbench.network import parse_rate
-    run = Run(entry["run_dir"])
     ok = run.summary.get("status") == "completed"
     sps = report.samples_per_s(run) if ok else None
     return {"model": entry["model"], "bandwidth": entry["rate"], "run": entry["label"], "kind": entry["kind"],

@@ -54,8 +54,6 @@ SETTINGS = {"topk": [f"compressor.k={K}"], "mstopk": [f"compressor.k={K}"], "ran
             "powersgd": ["compressor.start_iter=2"], "qsgd": ["compressor.levels=16"]}
 
 
-
-
 def per_step(run, rank: int = 0, skip: int = 2) -> dict:
     """Mean bytes per training step of one rank by direction: payload, and control headers apart."""
     recs = [json.loads(l) for l in (run.path / "ranks" / f"rank{rank}.jsonl").read_text().splitlines()]
