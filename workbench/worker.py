@@ -19,9 +19,32 @@ import sys
 import traceback
 from pathlib import Path
 
-from torch.distributed.elastic.multiprocessing.errors import record
+from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, record
 
 EXIT_DIVERGED = 3
+
+
+class AtomicErrorHandler(ErrorHandler):
+    """torch's handler writes ``error.json`` in place. A rank that the agent stops with SIGTERM
+    while it is still writing (it lost a peer at the same moment) leaves the file truncated; the
+    agent then dies parsing it (JSONDecodeError) instead of restarting the group. So: write aside,
+    then rename."""
+
+    _aside = None
+
+    def _get_error_file_path(self):
+        return self._aside or super()._get_error_file_path()
+
+    def record_exception(self, e: BaseException) -> None:
+        final = super()._get_error_file_path()
+        if not final:
+            return super().record_exception(e)
+        self._aside = f"{final}.{os.getpid()}.tmp"
+        try:
+            super().record_exception(e)
+            os.replace(self._aside, final)
+        finally:
+            self._aside = None
 
 
 def _share_run_dir(cfg, rank: int) -> Path:
@@ -37,7 +60,6 @@ def _share_run_dir(cfg, rank: int) -> Path:
     return Path(store.get("workbench/run_dir").decode())
 
 
-@record
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m workbench.worker", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -101,6 +123,9 @@ def main(argv=None) -> int:
         dist.barrier()
         wdist.shutdown()
     return code
+
+
+main = record(main, error_handler=AtomicErrorHandler())
 
 
 if __name__ == "__main__":
