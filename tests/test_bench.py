@@ -84,3 +84,19 @@ def test_bandwidth_suite_sweeps_emulated_links(tmp_path):
     assert len(list(csv.DictReader(open(d / "winners_N2.csv")))) == 2
     assert "plotly" in (d / "report.html").read_text() and "| small_cnn | 5mbit |" in out
     assert [n for n in namespaces() if n.startswith("wb")] == []  # every run and probe cleaned up
+
+
+@pytest.mark.timeout(900)
+def test_compression_suite_predicts_every_compressor(tmp_path):
+    out = _suite(tmp_path, "compression")
+    d = tmp_path / "compression-small_cnn-2p"
+    rows = {r["compressor"]: r for r in csv.DictReader(open(d / "compression_small_cnn_2.csv"))}
+    assert list(rows) == ["none", "fp16", "topk", "signsgd", "powersgd"]
+    assert all(r["status"] == "completed" and float(r["predicted ms"]) > 0 for r in rows.values()), rows
+    assert float(rows["none"]["ratio"]) == 1 and float(rows["fp16"]["ratio"]) == 2  # exact: half the bytes
+    assert float(rows["none"]["vs none"]) == 1 and rows["none"]["error"] == "+0 %"  # the baseline predicts itself
+    assert "float16 +" in out and "bfloat16 +" in out  # the 16-bit all-reduces were calibrated
+    assert (d / "report.html").read_text().count("plotly") > 0
+    # --from-runs rebuilds the same table from the index, without new runs
+    again = _suite(tmp_path, "compression", "--from-runs")
+    assert [ln for ln in again.splitlines() if ln.startswith("| fp16")] == [ln for ln in out.splitlines() if ln.startswith("| fp16")]

@@ -65,6 +65,10 @@ class Network:
     latency: float = 0.0  # α: seconds per message (all-reduce)
     allgather_bandwidth: Optional[float] = None  # default: bandwidth
     allgather_latency: Optional[float] = None  # default: latency
+    # Seconds per payload byte that an all-reduce of this dtype costs on top of float32's: gloo sums
+    # 16-bit floats element by element on the host, so fp16 halves the bytes but not the time.
+    # Host work, not the link's: it stays when the bandwidth changes (:meth:`at`).
+    allreduce_extra: Dict[str, float] = field(default_factory=dict)
 
     def of(self, collective: str):
         if collective == "allgather":
@@ -99,6 +103,7 @@ class Compression:
     encode_s: float = 0.0  # per step, all buckets
     decode_s: float = 0.0
     messages: Sequence[float] = field(default_factory=tuple)  # collectives per bucket (default 1 each)
+    dtypes: Sequence[Optional[str]] = field(default_factory=tuple)  # what each bucket's all-reduce sums
 
     @property
     def ratio(self) -> float:
@@ -118,7 +123,11 @@ def comm_times(work: Workload, net: Network, comp: Optional[Compression] = None)
     bw, lat = net.of(comp.collective)
     fn = COLLECTIVE_TIME[comp.collective]
     msgs = list(comp.messages) or [1.0] * len(comp.payload_bytes)
-    return [fn(b, work.workers, bw, lat, m) for b, m in zip(comp.payload_bytes, msgs)]
+    times = [fn(b, work.workers, bw, lat, m) for b, m in zip(comp.payload_bytes, msgs)]
+    if comp.collective == "allreduce" and work.workers > 1:
+        dtypes = list(comp.dtypes) or [None] * len(times)
+        times = [t + net.allreduce_extra.get(d, 0.0) * b for t, b, d in zip(times, comp.payload_bytes, dtypes)]
+    return times
 
 
 def iteration_time(work: Workload, net: Network, comp: Optional[Compression] = None) -> float:
@@ -193,7 +202,8 @@ def fit_collective(samples: Sequence[dict], collective: str, p: int):
     """(bandwidth, latency) from timed collectives ``[{collective, bytes, seconds}]``: the line
     seconds = A + B·bytes through the smallest and the largest message (robust to the noise of a
     shared machine in between), read through the collective's cost formula."""
-    pts = sorted((s["bytes"], s["seconds"]) for s in samples if s["collective"] == collective)
+    pts = sorted((s["bytes"], s["seconds"]) for s in samples
+                 if s["collective"] == collective and s.get("dtype", "float32") == "float32")
     if not pts or p <= 1:
         return None
     (xs, ys), (xl, yl) = pts[0], pts[-1]
@@ -227,7 +237,8 @@ def calibrate(baseline_run, in_situ: bool = True) -> tuple:
     α and BW come from the timed collectives; with ``in_situ`` the all-reduce bandwidth is then
     re-read from the buckets' own communication time during training (which competes with backward
     for CPU and memory bandwidth, and is what the compressed runs will see), and the all-gather
-    bandwidth is scaled by the same factor."""
+    bandwidth is scaled by the same factor. 16-bit all-reduces timed beside float32's give each
+    16-bit dtype its extra host seconds per byte (``Network.allreduce_extra``), slowed alike."""
     from workbench.runs import Run
     run = baseline_run if isinstance(baseline_run, Run) else Run(baseline_run)
     c = run.summary["compression"]
@@ -238,13 +249,20 @@ def calibrate(baseline_run, in_situ: bool = True) -> tuple:
     ar = fit_collective(cal["collectives"], "allreduce", p) or (math.inf, 0.0)
     ag = fit_collective(cal["collectives"], "allgather", p) or ar
     buckets = c["buckets"]
+    ar_cal, scale = ar, 1.0
     if in_situ and p > 1 and buckets:
         wire = sum(2 * b["dense_bytes"] * (p - 1) / p for b in buckets)
         t = sum(b["comm_s"] for b in buckets) - len(buckets) * 2 * ar[1] * (p - 1)
         if t > 0 and wire > 0:
             scale = (wire / t) / ar[0]
             ar, ag = (wire / t, ar[1]), (ag[0] * scale, ag[1])
-    net = Network(bandwidth=ar[0], latency=ar[1], allgather_bandwidth=ag[0], allgather_latency=ag[1])
+    extra = {}
+    for smp in cal["collectives"]:  # 16-bit all-reduces: what they took beyond float32's line
+        if smp["collective"] == "allreduce" and smp.get("dtype", "float32") != "float32" and p > 1:
+            line = allreduce_time(smp["bytes"], p, ar_cal[0], ar_cal[1])
+            extra[smp["dtype"]] = max(0.0, smp["seconds"] - line) / smp["bytes"] / scale
+    net = Network(bandwidth=ar[0], latency=ar[1], allgather_bandwidth=ag[0], allgather_latency=ag[1],
+                  allreduce_extra=extra)
     recs = _steady_records(run, c["profile_skip"])
     step = _median(r["step_time"] for r in recs)
     backward = _median(r["backward_ms"] / 1e3 for r in recs)
@@ -264,6 +282,7 @@ def compression_of(run) -> Compression:
     bs = c["buckets"]
     return Compression(name=c["compressor"]["name"], collective=c["collective"],
                        payload_bytes=[b["payload_bytes"] for b in bs], messages=[b["messages"] for b in bs],
+                       dtypes=[b.get("allreduce_dtype") for b in bs],
                        encode_s=sum(b["encode_s"] for b in bs), decode_s=sum(b["decode_s"] for b in bs))
 
 

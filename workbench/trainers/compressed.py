@@ -27,6 +27,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from workbench import data as data_mod
 from workbench.compress import build_compressor
 from workbench.compress.hook import CompressionHookState, compression_hook
+from workbench.meter import nbytes
 from workbench.config import ConfigError, register_trainer_schema
 from workbench.trainers import TRAINERS
 from workbench.trainers.sync import SyncConfig, SyncTrainer
@@ -37,7 +38,7 @@ class CompressedConfig(SyncConfig):
     name: str = "compressed"
     profile_skip: int = 2  # steps left out of the per-bucket profile (DDP's bucket rebuild, warm-up)
     calibrate_steps: int = 0  # >0: time this many backward passes without communication, and collectives
-    calibrate_sizes_kb: List[int] = field(default_factory=lambda: [4, 256, 2048])  # collective sizes timed
+    calibrate_sizes_kb: List[int] = field(default_factory=lambda: [4, 1024, 8192])  # collective sizes timed
 
 
 register_trainer_schema("compressed", CompressedConfig)
@@ -133,21 +134,30 @@ class CompressedTrainer(SyncTrainer):
                     bwd.append(t2 - t1)
         self.model.zero_grad(set_to_none=True)
         self.model.load_state_dict(saved)
+        med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
+        dev = self.device if self.info.backend == "nccl" else "cpu"
+
+        def timed(coll: str, buf) -> dict:
+            times = []
+            for i in range(4):  # the first is dropped
+                t0 = time.perf_counter()
+                if coll == "allreduce":
+                    self.meter.all_reduce(buf, "calibration")
+                else:
+                    self.meter.all_gather_varlen(buf, "calibration")
+                if i:
+                    times.append(time.perf_counter() - t0)
+            return {"collective": coll, "dtype": str(buf.dtype).removeprefix("torch."), "bytes": nbytes(buf),
+                    "seconds": med(times)}
+
         colls = []
         for kb in t.calibrate_sizes_kb:
-            buf = torch.zeros(kb * 256, device=self.device if self.info.backend == "nccl" else "cpu")
-            for coll in ("allreduce", "allgather"):
-                times = []
-                for i in range(4):
-                    t0 = time.perf_counter()
-                    if coll == "allreduce":
-                        self.meter.all_reduce(buf, "calibration")
-                    else:
-                        self.meter.all_gather_varlen(buf, "calibration")
-                    if i:
-                        times.append(time.perf_counter() - t0)
-                colls.append({"collective": coll, "bytes": kb * 1024, "seconds": sorted(times)[len(times) // 2]})
-        med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
+            buf = torch.zeros(kb * 256, device=dev)
+            colls += [timed("allreduce", buf), timed("allgather", buf)]
+        # The 16-bit formats (fp16, bf16 compressors) at the largest size: their sum costs more per
+        # byte than float32's on gloo, so the model prices them on their own line.
+        for dtype in (torch.float16, torch.bfloat16):
+            colls.append(timed("allreduce", torch.zeros(max(t.calibrate_sizes_kb) * 256, device=dev, dtype=dtype)))
         return {"forward_s": med(fwd), "backward_compute_s": med(bwd), "collectives": colls}
 
     def run(self) -> dict:
