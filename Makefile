@@ -41,8 +41,8 @@ bench-staleness: setup             ## time to 90 % on the digits, sync vs hardsy
 bench-stanza: setup                ## Stanza allocation sweep, predicted vs measured -> BENCHMARKS.md
 	$(BIN)/python -m workbench.bench stanza --write
 
-bench-compression: setup           ## every compressor on ResNet-18, and the utility model
-	$(BIN)/python -m workbench.bench compression model=resnet18
+bench-compression: setup           ## every compressor on ResNet-18 and VGG-16, and the utility model -> BENCHMARKS.md
+	$(BIN)/python -m workbench.bench compression --write
 
 bench-bandwidth: setup             ## emulated link-rate sweep (root): samples/s per paradigm, compression crossover -> BENCHMARKS.md
 	$(BIN)/python -m workbench.bench bandwidth --write

@@ -66,6 +66,42 @@ def test_latency_makes_many_messages_cost():
     assert iteration_time(work, net, three) - iteration_time(work, net, one) == pytest.approx(2 * 2 * 7 * 1e-3, rel=1e-6)
 
 
+def test_16_bit_all_reduce_pays_its_host_cost_per_byte():
+    # fp16 halves 60 MB to 30 MB: 2·30e6·3/(4·1e9) = 45 ms on the wire, plus 1 ns/B of host summing
+    # = 30 ms; a bucket whose all-reduce sums float32 (or that all-gathers) pays no extra
+    work = Workload(backward_s=0.0, bucket_bytes=[40e6, 20e6], workers=4)
+    net = Network(bandwidth=1e9, allreduce_extra={"float16": 1e-9})
+    fp16 = Compression("fp16", "allreduce", payload_bytes=[20e6, 10e6], dtypes=["float16", "float16"])
+    assert iteration_time(work, net, fp16) == pytest.approx(0.045 + 0.030)
+    mixed = Compression("m", "allreduce", payload_bytes=[20e6, 10e6], dtypes=["float32", "float16"])
+    assert iteration_time(work, net, mixed) == pytest.approx(0.045 + 0.010)
+    assert iteration_time(work, net, Compression("g", "allgather", [20e6, 10e6], dtypes=["float16", None])) == \
+        pytest.approx(3 * 30e6 / 1e9)
+    # host work: at a tenth of the bandwidth the wire takes 10x longer, the summing as long as before
+    assert iteration_time(work, net.at(1e8), fp16) == pytest.approx(0.450 + 0.030)
+
+
+def test_calibration_prices_16_bit_sums_beyond_float32s_line(tmp_path):
+    """A float32 line through 4 KiB and 8 MiB, and a float16 all-reduce of 4 MiB that took 10 ms more
+    than that line says: 10 ms / 4 MiB of extra host time per byte (no in-situ rescaling here: the
+    buckets' own communication time matches the calibrated line)."""
+    import json
+    p, bw, lat = 2, 1e9, 1e-4
+    colls = [{"collective": "allreduce", "dtype": "float32", "bytes": b, "seconds": allreduce_time(b, p, bw, lat)}
+             for b in (4096, 8 * 2**20)]
+    colls.append({"collective": "allreduce", "dtype": "float16", "bytes": 4 * 2**20,
+                  "seconds": allreduce_time(4 * 2**20, p, bw, lat) + 0.010})
+    bucket = {"dense_bytes": 1e6, "payload_bytes": 1e6, "comm_s": allreduce_time(1e6, p, bw, lat), "encode_s": 0.0,
+              "decode_s": 0.0, "messages": 1.0}
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "completed", "compression": {
+        "world": p, "buckets": [bucket], "profile_skip": 0, "collective": "allreduce", "compressor": {"name": "none"},
+        "calibration": {"backward_compute_s": 0.01, "collectives": colls}}}))
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 1, "step_time": 0.02, "backward_ms": 10.0}))
+    work, net = calibrate(tmp_path)
+    assert net.bandwidth == pytest.approx(bw) and net.latency == pytest.approx(lat)
+    assert net.allreduce_extra == {"float16": pytest.approx(0.010 / (4 * 2**20))}
+
+
 def test_fit_collective_recovers_bandwidth_and_latency():
     p, bw, lat = 4, 2e9, 50e-6
     ar = [{"collective": "allreduce", "bytes": b, "seconds": allreduce_time(b, p, bw, lat)} for b in (4e3, 2.6e5, 2e6)]
