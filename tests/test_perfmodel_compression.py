@@ -81,6 +81,29 @@ def test_16_bit_all_reduce_pays_its_host_cost_per_byte():
     assert iteration_time(work, net.at(1e8), fp16) == pytest.approx(0.450 + 0.030)
 
 
+def test_hook_overlap_form_exposes_the_last_bucket_and_half_the_earlier_codec():
+    # sync, 2 workers at 1e9 B/s: bucket exchanges 30 ms and 10 ms. Paper: max(100, 40) = 100 ms;
+    # hook form: the last bucket's 10 ms come after backward's 100 ms
+    work = Workload(backward_s=0.100, bucket_bytes=[30e6, 10e6], workers=2)
+    net = Network(bandwidth=1e9)
+    assert iteration_time(work, net) == pytest.approx(0.100)
+    assert iteration_time(work, net, hook=True) == pytest.approx(0.110)
+    # compressed to 1 MB a bucket (1 ms each), codec 40 ms and 20 ms: paper max(100, 2) + 60;
+    # hook form: backward shares its cores with the first bucket's codec (+20 ms), then the last
+    # bucket's codec and exchange (21 ms)
+    comp = Compression("c", "allreduce", payload_bytes=[1e6, 1e6], encode_s=0.050, decode_s=0.010,
+                       codec_s=[0.040, 0.020])
+    assert iteration_time(work, net, comp) == pytest.approx(0.160)
+    assert iteration_time(work, net, comp, hook=True) == pytest.approx(0.100 + 0.020 + 0.021)
+    # communication-bound: the earlier buckets' exchanges outlast backward
+    slow = Network(bandwidth=1e7)  # bucket exchanges 3 s and 1 s
+    assert iteration_time(work, slow, hook=True) == pytest.approx(3.0 + 1.0)
+    # λ for the hook form is its own (Workload.overlap_hook), else the paper form's
+    lam = Workload(backward_s=0.100, bucket_bytes=[30e6, 10e6], workers=2, overlap=1.5, overlap_hook=1.2)
+    assert iteration_time(lam, net) == pytest.approx(0.150)
+    assert iteration_time(lam, net, hook=True) == pytest.approx(0.120 + 0.010)
+
+
 def test_calibration_prices_16_bit_sums_beyond_float32s_line(tmp_path):
     """A float32 line through 4 KiB and 8 MiB, and a float16 all-reduce of 4 MiB that took 10 ms more
     than that line says: 10 ms / 4 MiB of extra host time per byte (no in-situ rescaling here: the

@@ -19,8 +19,10 @@ from that calibration plus the compressor's own payload sizes and encode/decode 
 Columns: ratio = dense / payload bytes per step; payload = what rank 0 put into collectives; sent =
 what the meter counts rank 0 sending (all-reduce 2(p−1)/p·n, all-gather (p−1)·n); enc+dec = encode +
 decode per step; step = measured step; vs none = samples/s relative to ``compressor=none``;
-predicted = the model's step, error = predicted / measured − 1; crossover = the bandwidth below which
-the model says the compressor beats ``compressor=none`` on this cluster (— never, ∞ always).
+predicted = the model's step (Agarwal et al.'s form), error = predicted / measured − 1; hook-overlap
+= the same model with our hook's overlap of encoding and backward (``iteration_time(..., hook=True)``);
+crossover = the bandwidth below which the (paper-form) model says the compressor beats
+``compressor=none`` on this cluster (— never, ∞ always).
 ``--from-runs`` rebuilds the tables from ``<out>/compression-<model>-<N>p/index.json``, e.g. after
 a change to the model.
 """
@@ -42,13 +44,13 @@ ALL = ["none", "fp16", "bf16", "topk", "mstopk", "randomk", "signsgd", "efsignsg
 SETTINGS = {"powersgd": ["compressor.start_iter=2"], "topk": ["compressor.k=0.01"], "mstopk": ["compressor.k=0.01"],
             "randomk": ["compressor.k=0.01"]}
 COLS = ["compressor", "collective", "ratio", "payload KiB/step", "sent KiB/step", "enc+dec ms", "step ms",
-        "vs none", "predicted ms", "error", "crossover Gbps", "status"]
+        "vs none", "predicted ms", "error", "hook-overlap ms", "error (hook)", "crossover Gbps", "status"]
 
 
-def configs(model: str, nproc: int, steps: int, compressors, overrides, runs_root: Path) -> dict:
+def configs(model: str, nproc: int, steps: int, compressors, overrides, output_root: Path) -> dict:
     base = ["trainer=compressed", f"model={model}", *report.data_overrides(model, 16, 1024), f"cluster.nproc={nproc}",
             f"trainer.max_steps={steps}", "trainer.profile_skip=3", "trainer.eval_every=100000",
-            "trainer.progress=false", "cluster.timeout_s=900", "optim.lr=0.01", f"output_root={runs_root}",
+            "trainer.progress=false", "cluster.timeout_s=900", "optim.lr=0.01", f"output_root={output_root}",
             "name=${compressor.name}_${model.name}_${data.name}"]
     return {name: workbench.compose(base + [f"compressor={name}", *SETTINGS.get(name, []), *overrides]
                                     + (["trainer.calibrate_steps=3"] if name == "none" else []))
@@ -82,6 +84,7 @@ def rows_of(runs: dict) -> tuple:
         if p:
             cross = p["crossover_gbps"]
             row.update({"predicted ms": round(p["predicted_ms"]), "error": f"{100 * p['error']:+.0f} %",
+                        "hook-overlap ms": round(p["predicted_hook_ms"]), "error (hook)": f"{100 * p['error_hook']:+.0f} %",
                         "crossover Gbps": "—" if cross is None else "∞" if math.isinf(cross) else f"{cross:.3g}"})
         rows.append(row)
     cal = None
@@ -103,6 +106,7 @@ def figure(rows, model):
     fig = go.Figure()
     fig.add_bar(name="measured", x=[r["compressor"] for r in ok], y=[r["step ms"] for r in ok])
     fig.add_bar(name="predicted", x=[r["compressor"] for r in ok], y=[r["predicted ms"] for r in ok])
+    fig.add_bar(name="predicted (hook overlap)", x=[r["compressor"] for r in ok], y=[r["hook-overlap ms"] for r in ok])
     fig.update_layout(title=f"Compressed SGD, {model}: step time measured vs the utility model",
                       yaxis_title="ms per step", barmode="group")
     return fig
@@ -128,7 +132,7 @@ def main(argv=None) -> None:
     plan = {}
     for model in a.models.split(","):
         out = Path(a.out) / f"compression-{model}-{a.nproc}p"
-        plan[model] = (out, None if a.from_runs else configs(model, a.nproc, a.steps, names, a.overrides, out / "runs"))
+        plan[model] = (out, None if a.from_runs else configs(model, a.nproc, a.steps, names, a.overrides, out))
         for cfg in (plan[model][1] or {}).values():
             validate(cfg)  # every run's config, before the first one starts
     from workbench.runs import Run
