@@ -57,42 +57,75 @@ def configs(model: str, nproc: int, steps: int, compressors, overrides, output_r
             for name in compressors}
 
 
+def _completed(run) -> bool:
+    return bool(run.summary) and run.summary.get("status") == "completed"
+
+
+def _median_cross(values):
+    """The median crossover; ``None`` (never pays) sorts lowest, ``inf`` (always pays) highest."""
+    order = sorted(values, key=lambda v: -1.0 if v is None else v)
+    return order[len(order) // 2] if order else None
+
+
 def rows_of(runs: dict) -> tuple:
-    """The table rows, and the calibration as one line (``None`` without a completed baseline)."""
+    """The table rows from ``{compressor: [run of round 1, round 2, ...]}``, and the calibration as
+    one line (``None`` without a completed baseline). Each round is predicted from its own baseline;
+    a row shows the median over rounds of the measured and the predicted step, and the spread of
+    the rounds' measured steps."""
     from workbench.perfmodel.compression import GBPS, calibrate, predict
-    done = {n: r for n, r in runs.items() if r.summary and r.summary.get("status") == "completed"}
-    base = done.get("none")
-    pred = {r["compressor"]: r for r in predict(base, list(done.values()))} if base else {}
-    t_none = pred.get("none", {}).get("measured_ms")
+    rounds = max(len(v) for v in runs.values())
+    preds = []  # per round: {compressor: predict() row}
+    for i in range(rounds):
+        got = {n: v[i] for n, v in runs.items() if i < len(v) and _completed(v[i])}
+        preds.append({r["compressor"]: r for r in predict(got["none"], list(got.values()))} if "none" in got else {})
+    med = statistics.median
+
+    def steady(run):
+        return [r for r in run.records() if r.get("kind") == "train" and r["step"] > run.summary["compression"]["profile_skip"]]
+
+    # the measured step: median over rounds of each round's median (what each round's prediction is for)
+    step_ms = {n: med(med(r["step_time"] for r in steady(run)) * 1e3 for run in v if _completed(run))
+               for n, v in runs.items() if any(_completed(run) for run in v)}
+    t_none = step_ms.get("none")
     rows = []
-    for name, run in runs.items():
-        if name not in done:
-            rows.append({"compressor": name, "status": (run.summary or {}).get("status", "failed")})
-            continue
-        c = run.summary["compression"]
-        skip = c["profile_skip"]
-        steady = [r for r in run.records() if r.get("kind") == "train" and r["step"] > skip]
+    for name, v in runs.items():
+        done = [run for run in v if _completed(run)]
+        if len(done) < len(v) or not done:
+            rows.append({"compressor": name, "status": f"{len(done)} of {len(v)} completed" if done else
+                         (v[0].summary or {}).get("status", "failed")})
+            if not done:
+                continue
+        c = done[0].summary["compression"]
         payload = sum(b["payload_bytes"] for b in c["buckets"])
         dense = sum(b["dense_bytes"] for b in c["buckets"])
-        enc = sum(b["encode_s"] + b["decode_s"] for b in c["buckets"])
-        step = statistics.median(r["step_time"] for r in steady) * 1e3
+        enc = med(sum(b["encode_s"] + b["decode_s"] for b in run.summary["compression"]["buckets"]) for run in done)
+        step = step_ms[name]
         row = {"compressor": name, "collective": c["collective"], "ratio": round(dense / payload, 1) if payload else None,
-               "payload KiB/step": round(payload / 1024), "sent KiB/step": round(statistics.median(r["bytes_sent"] for r in steady) / 1024),
+               "payload KiB/step": round(payload / 1024), "sent KiB/step": round(med(r["bytes_sent"] for r in steady(done[0])) / 1024),
                "enc+dec ms": round(1e3 * enc, 1), "step ms": round(step), "vs none": round(t_none / step, 2) if t_none else None,
                "status": "completed"}
-        p = pred.get(name)
-        if p:
-            cross = p["crossover_gbps"]
-            row.update({"predicted ms": round(p["predicted_ms"]), "error": f"{100 * p['error']:+.0f} %",
-                        "hook-overlap ms": round(p["predicted_hook_ms"]), "error (hook)": f"{100 * p['error_hook']:+.0f} %",
+        if rounds > 1:
+            per = [p[name]["measured_ms"] for p in preds if name in p]
+            row["spread"] = f"{100 * (max(per) - min(per)) / step:.0f} %" if per else None
+        ps = [p[name] for p in preds if name in p]
+        if ps:
+            pred, hook = med(p["predicted_ms"] for p in ps), med(p["predicted_hook_ms"] for p in ps)
+            cross = _median_cross([p["crossover_gbps"] for p in ps])
+            row.update({"predicted ms": round(pred), "error": f"{100 * (pred / step - 1):+.0f} %",
+                        "hook-overlap ms": round(hook), "error (hook)": f"{100 * (hook / step - 1):+.0f} %",
                         "crossover Gbps": "—" if cross is None else "∞" if math.isinf(cross) else f"{cross:.3g}"})
-        rows.append(row)
+        if len(done) == len(v):
+            rows.append(row)
+        else:
+            rows[-1] = {**row, "status": rows[-1]["status"]}
     cal = None
-    if base:
-        work, net = calibrate(base)
+    bases = [run for run in runs.get("none", []) if _completed(run)]
+    if bases:
+        work, net = calibrate(bases[0])
         bw_ag, lat_ag = net.of("allgather")
         extra = ", ".join(f"{d} +{1e9 * x:.2f} ns/B" for d, x in sorted(net.allreduce_extra.items()))
-        cal = (f"Calibration (compressor=none): T_comp {1e3 * work.backward_s:.0f} ms, T_other {1e3 * work.other_s:.0f} ms, "
+        cal = (f"Calibration (compressor=none{', round 1' if rounds > 1 else ''}): T_comp {1e3 * work.backward_s:.0f} ms, "
+               f"T_other {1e3 * work.other_s:.0f} ms, "
                f"λ {work.overlap:.2f}, {len(work.bucket_bytes)} buckets, {sum(work.bucket_bytes) / 2**20:.1f} MiB, "
                f"p = {work.workers}; all-reduce {net.bandwidth / GBPS:.2f} Gbps, α {1e6 * net.latency:.0f} µs"
                + (f" (16-bit sums: {extra})" if extra else "")
@@ -120,6 +153,9 @@ def main(argv=None) -> None:
     p.add_argument("--nproc", type=int, default=4)
     p.add_argument("--steps", type=int, default=8, help="steps per run (the first 3 are warm-up)")
     p.add_argument("--compressors", default=",".join(ALL))
+    p.add_argument("--repeats", type=int, default=1,
+                   help="rounds over all compressors, interleaved so that a change of the machine's load "
+                        "touches every compressor alike; the table shows medians and the rounds' spread")
     p.add_argument("--from-runs", action="store_true",
                    help="no new runs: rebuild the tables from <out>/compression-<model>-<N>p/index.json")
     a = p.parse_args(argv)
@@ -140,20 +176,25 @@ def main(argv=None) -> None:
         index = out / "index.json"
         if a.from_runs:
             saved = json.loads(index.read_text())
-            runs, command = {n: Run(d) for n, d in saved["runs"].items()}, saved["command"]
+            runs = {n: [Run(x) for x in ([d] if isinstance(d, str) else d)] for n, d in saved["runs"].items()}
+            command = saved["command"]
         else:
-            runs, command = {}, ("python -m workbench.bench compression " + " ".join(argv)).strip()
-            for name, cfg in cfgs.items():
-                print(f"{model}: {name} ...", flush=True)
-                runs[name] = workbench.launch(cfg, progress=False, check=False)
-                out.mkdir(parents=True, exist_ok=True)
-                index.write_text(json.dumps({"command": command, "runs": {n: str(r.path) for n, r in runs.items()}},
-                                            indent=2))
+            runs, command = {n: [] for n in cfgs}, ("python -m workbench.bench compression " + " ".join(argv)).strip()
+            for i in range(a.repeats):
+                for name, cfg in cfgs.items():
+                    print(f"{model}: {name}" + (f" (round {i + 1} of {a.repeats})" if a.repeats > 1 else "") + " ...",
+                          flush=True)
+                    runs[name].append(workbench.launch(cfg, progress=False, check=False))
+                    out.mkdir(parents=True, exist_ok=True)
+                    index.write_text(json.dumps({"command": command, "runs": {
+                        n: [str(r.path) for r in v] for n, v in runs.items() if v}}, indent=2))
         rows, cal = rows_of(runs)
-        for r in rows:
-            report.progress({c: r.get(c) for c in COLS})
+        rounds = max(len(v) for v in runs.values())
+        cols = COLS if rounds == 1 else COLS[:7] + ["spread"] + COLS[7:]
         t = report.Table(f"compression_{model}_{a.nproc}", f"{model}, {a.nproc} processes, batch 16 per rank, "
-                         f"{a.steps} steps per compressor (medians after 3 warm-up steps)", rows, COLS)
+                         f"{a.steps} steps per compressor (medians after 3 warm-up steps)"
+                         + (f", {rounds} interleaved rounds (spread: max − min of the rounds' medians)" if rounds > 1 else ""),
+                         rows, cols)
         path = report.write(out.name, f"compression: {model}, N={a.nproc}", command, [t], [figure(rows, model)],
                             notes=cal or "No calibration: the compressor=none run did not complete.",
                             out_root=a.out, benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
