@@ -1,6 +1,7 @@
 """The benchmark suites' CI smoke versions (``--tiny``): each runs end to end, writes its CSV,
 Markdown and HTML report, and its byte counts equal the analytic ones. Timings are never asserted."""
 import csv
+import json
 import os
 import shutil
 import subprocess
@@ -88,11 +89,13 @@ def test_bandwidth_suite_sweeps_emulated_links(tmp_path):
 
 @pytest.mark.timeout(900)
 def test_compression_suite_predicts_every_compressor(tmp_path):
-    out = _suite(tmp_path, "compression")
+    out = _suite(tmp_path, "compression", "--repeats", "2")
     d = tmp_path / "compression-small_cnn-2p"
     rows = {r["compressor"]: r for r in csv.DictReader(open(d / "compression_small_cnn_2.csv"))}
     assert list(rows) == ["none", "fp16", "topk", "signsgd", "powersgd"]
-    assert all(r["status"] == "completed" and float(r["predicted ms"]) > 0 for r in rows.values()), rows
+    assert all(r["status"] == "completed" and float(r["predicted ms"]) > 0 and float(r["hook-overlap ms"]) > 0
+               and r["spread"].endswith("%") for r in rows.values()), rows
+    assert all(len(v) == 2 for v in json.loads((d / "index.json").read_text())["runs"].values())  # 2 rounds each
     assert float(rows["none"]["ratio"]) == 1 and float(rows["fp16"]["ratio"]) == 2  # exact: half the bytes
     assert float(rows["none"]["vs none"]) == 1 and rows["none"]["error"] == "+0 %"  # the baseline predicts itself
     assert "float16 +" in out and "bfloat16 +" in out  # the 16-bit all-reduces were calibrated

@@ -1,8 +1,9 @@
 """Suite ``compression``: every compressor side by side with ``compressor=none`` on one model, and
 the compression-utility model's predicted vs measured iteration time.
 
-    python -m workbench.bench compression --write                      # ResNet-18 and VGG-16, CIFAR size, 4 processes (~80 min)
-    python -m workbench.bench compression --models resnet18 --write    # ResNet-18 only (~16 min)
+    python -m workbench.bench compression --write                      # ResNet-18 and VGG-16, CIFAR size, 4 processes (~40 min)
+    python -m workbench.bench compression --models resnet18 --write    # ResNet-18 only (~8 min)
+    python -m workbench.bench compression --models resnet18 --repeats 3 --write   # 3 interleaved rounds (~25 min)
     python -m workbench.bench compression --models small_cnn --nproc 2 --compressors none,topk,powersgd
     python -m workbench.bench compression --from-runs --write          # the tables again from the last runs (seconds)
     python -m workbench.bench compression --tiny                       # CI smoke: small_cnn, 2 processes
