@@ -190,9 +190,9 @@ def iteration_time(work: Workload, net: Network, comp: Optional[Compression] = N
 
     ``hook``: the hook-overlap form instead, T_other + :func:`backward_phase`, which credits our
     hook's encoding on its own thread beside backward and charges the last bucket's exchange. Which
-    fits depends on the host: on loopback ResNet-18 (4 ranks, 2 cores) the paper's form
-    over-predicts most compressors by 9–25 % and this one fits all within 20 %; on the emulated
-    links and on VGG-16 the paper's form fits better (BENCHMARKS.md, compression section)."""
+    fits depends on the model and host: on loopback ResNet-18 (4 ranks, 2 cores) this form fits all
+    nine compressors within 20 % and the paper's eight; on VGG-16 and on the emulated links the
+    paper's form fits and this one under-predicts (BENCHMARKS.md, compression section)."""
     if hook:
         return work.other_s + backward_phase(work, net, comp)
     t = work.other_s + max(_overlap(work, net, comp) * work.backward_s, sum(comm_times(work, net, comp)))
