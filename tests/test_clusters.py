@@ -25,6 +25,31 @@ def test_slurm_through_submitit_local(tmp_path):
     assert set(s["bytes_by_rank"]) == {"0", "1"}
 
 
+def _prepare_many(root: str) -> int:
+    from omegaconf import OmegaConf
+
+    from workbench import runstore
+    cfg = OmegaConf.create({"a": list(range(2000))})
+    failures = 0
+    for i in range(12):
+        try:
+            runstore.prepare(Path(root) / f"run{i}", cfg)
+        except OSError:
+            failures += 1
+    return failures
+
+
+def test_tasks_preparing_one_run_directory_at_once_do_not_collide(tmp_path):
+    """Every SLURM task calls launch(), so all of a job's tasks prepare the same run directory at
+    the same moment; a shared temporary file name made one of them fail with FileNotFoundError
+    (seen in CI as a SLURM run whose rank 0 died and whose rank 1 timed out)."""
+    import multiprocessing as mp
+    with mp.get_context("fork").Pool(4) as pool:
+        assert sum(pool.map(_prepare_many, [str(tmp_path)] * 4)) == 0
+    assert all((tmp_path / f"run{i}" / "config.yaml").exists() for i in range(12))
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
 def test_slurm_outside_a_job_is_a_clear_error(tmp_path):
     import workbench
     cfg = workbench.compose(["cluster.starter=submitit", f"output_root={tmp_path}"])

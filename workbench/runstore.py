@@ -103,7 +103,8 @@ def prepare(run_dir: Path, cfg: DictConfig) -> Path:
     for sub in ("ranks", "system", "logs"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
     if not (run_dir / "config.yaml").exists():
-        tmp = run_dir / ".config.yaml.tmp"
+        # own temporary per process: every SLURM task of a job prepares the same directory at once
+        tmp = run_dir / f".config.yaml.{os.getpid()}.tmp"
         tmp.write_text(OmegaConf.to_yaml(cfg, resolve=True))
         os.replace(tmp, run_dir / "config.yaml")
     if not (run_dir / "env.json").exists():
