@@ -91,11 +91,9 @@ def rows_of(runs: dict) -> tuple:
     rows = []
     for name, v in runs.items():
         done = [run for run in v if _completed(run)]
-        if len(done) < len(v) or not done:
-            rows.append({"compressor": name, "status": f"{len(done)} of {len(v)} completed" if done else
-                         (v[0].summary or {}).get("status", "failed")})
-            if not done:
-                continue
+        if not done:
+            rows.append({"compressor": name, "status": (v[0].summary or {}).get("status", "failed")})
+            continue
         c = done[0].summary["compression"]
         payload = sum(b["payload_bytes"] for b in c["buckets"])
         dense = sum(b["dense_bytes"] for b in c["buckets"])
@@ -104,7 +102,7 @@ def rows_of(runs: dict) -> tuple:
         row = {"compressor": name, "collective": c["collective"], "ratio": round(dense / payload, 1) if payload else None,
                "payload KiB/step": round(payload / 1024), "sent KiB/step": round(med(r["bytes_sent"] for r in steady(done[0])) / 1024),
                "enc+dec ms": round(1e3 * enc, 1), "step ms": round(step), "vs none": round(t_none / step, 2) if t_none else None,
-               "status": "completed"}
+               "status": "completed" if len(done) == len(v) else f"{len(done)} of {len(v)} completed"}
         if rounds > 1:
             per = [p[name]["measured_ms"] for p in preds if name in p]
             row["spread"] = f"{100 * (max(per) - min(per)) / step:.0f} %" if per else None
@@ -115,10 +113,7 @@ def rows_of(runs: dict) -> tuple:
             row.update({"predicted ms": round(pred), "error": f"{100 * (pred / step - 1):+.0f} %",
                         "hook-overlap ms": round(hook), "error (hook)": f"{100 * (hook / step - 1):+.0f} %",
                         "crossover Gbps": "—" if cross is None else "∞" if math.isinf(cross) else f"{cross:.3g}"})
-        if len(done) == len(v):
-            rows.append(row)
-        else:
-            rows[-1] = {**row, "status": rows[-1]["status"]}
+        rows.append(row)
     cal = None
     bases = [run for run in runs.get("none", []) if _completed(run)]
     if bases:
@@ -176,6 +171,8 @@ def main(argv=None) -> None:
     for model, (out, cfgs) in plan.items():
         index = out / "index.json"
         if a.from_runs:
+            if not index.exists():
+                raise SystemExit(f"error: --from-runs: no {index}; run the suite for {model} first")
             saved = json.loads(index.read_text())
             runs = {n: [Run(x) for x in ([d] if isinstance(d, str) else d)] for n, d in saved["runs"].items()}
             command = saved["command"]
