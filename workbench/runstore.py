@@ -43,12 +43,17 @@ def new_run_dir(cfg: DictConfig, now: Optional[datetime] = None) -> Path:
     return path
 
 
-def write_json(path: Path, obj) -> None:
-    """Atomic: write a temporary file, then rename, so readers never see half a file."""
+def write_text(path: Path, text: str) -> None:
+    """Atomic: write a temporary file of this process's own, then rename, so readers never see half
+    a file and processes writing the same file at once (every SLURM task of a job) never collide."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str))
+    tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def write_json(path: Path, obj) -> None:
+    write_text(path, json.dumps(obj, indent=2, default=str))
 
 
 def read_json(path: Path):
@@ -103,10 +108,7 @@ def prepare(run_dir: Path, cfg: DictConfig) -> Path:
     for sub in ("ranks", "system", "logs"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
     if not (run_dir / "config.yaml").exists():
-        # own temporary per process: every SLURM task of a job prepares the same directory at once
-        tmp = run_dir / f".config.yaml.{os.getpid()}.tmp"
-        tmp.write_text(OmegaConf.to_yaml(cfg, resolve=True))
-        os.replace(tmp, run_dir / "config.yaml")
+        write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     if not (run_dir / "env.json").exists():
         write_json(run_dir / "env.json", environment())
     return run_dir
