@@ -42,18 +42,13 @@ COLORS = px.colors.qualitative.Plotly
 # ---------------------------------------------------------------------------------------------
 # Loading and labelling runs
 
-PARADIGM_KEYS = ("cfg.trainer.mode", "cfg.trainer.protocol", "cfg.compressor.name")  # qualifiers, where set
-
-
 def paradigm_of(row) -> str:
-    """The trainer's name qualified by its mode/protocol and compressor where it has them
-    (``ps/async``, ``staleness/softsync``, ``compressed/powersgd``; ``sync``)."""
-    name = str(row.get("cfg.trainer.name") or row.get("trainer") or "?")
-    for key in PARADIGM_KEYS:
-        v = row.get(key)
-        if isinstance(v, str) and v and v != "none":
-            name += f"/{v}"
-    return name
+    """The run's paradigm label (``ps/async``, ``staleness/n=3``, ``stanza/n_f=2``,
+    ``compressed/powersgd``; ``sync``) from its flattened ``cfg.*`` columns: each trainer's own
+    ``paradigm`` (workbench.trainers.paradigm_of), the labels ``workbench.plan`` uses too."""
+    from workbench.trainers import paradigm_of as label
+    name = row.get("cfg.trainer.name") or row.get("trainer")
+    return label(lambda k: name if k == "trainer.name" else row.get(f"cfg.{k}"))
 
 
 def label_runs(runs: pd.DataFrame, by: Optional[Sequence[str]] = None) -> pd.DataFrame:

@@ -43,6 +43,8 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Callable, Dict, Optional, Tuple
 
+from workbench.perfmodel import collectives as C
+
 
 @dataclass(frozen=True)
 class StanzaInputs:
@@ -87,15 +89,12 @@ def fc_time(x: StanzaInputs, concurrent: int) -> float:
 
 def allreduce_time(nbytes: float, p: int, x: StanzaInputs) -> float:
     """Ring all-reduce of ``nbytes`` over ``p`` nodes: 2(p-1) messages of nbytes/p each."""
-    if p <= 1:
-        return 0.0
-    beta = x.beta_allreduce or x.beta
-    return 2 * (p - 1) * x.alpha + 2 * (p - 1) / p * nbytes / beta
+    return C.allreduce_time(nbytes, p, x.beta_allreduce or x.beta, x.alpha)
 
 
 def transfer_time(x: StanzaInputs) -> float:
     """One CONV worker's boundary activations (or their gradients): D = alpha + s a b / beta."""
-    return x.alpha + x.s * x.a * x.b / x.beta
+    return C.p2p_time(x.s * x.a * x.b, x.beta, x.alpha)
 
 
 def pieces_on_busiest_fc(n_c: int, n_f: int) -> int:
@@ -213,9 +212,9 @@ def choose_allocation(x: StanzaInputs, nodes: int, global_batch: Optional[int] =
 # ---------------------------------------------------------------------------------------------
 # Bytes per worker per step (what the meter must count)
 
-def ring_allreduce_bytes(nbytes: int, p: int) -> float:
-    """Bytes one rank sends (and receives) in a ring all-reduce of ``nbytes``."""
-    return 2 * (p - 1) / p * nbytes if p > 1 else 0.0
+def ring_allreduce_bytes(nbytes: int, p: int) -> int:
+    """Bytes one rank sends (and receives) in a ring all-reduce of ``nbytes`` (the meter's count)."""
+    return C.allreduce_bytes(nbytes, p)
 
 
 def stanza_conv_worker_bytes(p_c: int, a: int, b: int, n_c: int, s: int = 4, label_bytes: int = 8) -> Dict[str, Dict[str, float]]:

@@ -12,7 +12,7 @@ import math
 import os
 import signal
 import time
-from typing import Dict, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -88,6 +88,34 @@ class Trainer:
         """Overrides that make a few-step run of this trainer valid with ``nproc`` ranks (used by
         ``make gpu-check``); e.g. a parameter server needs a server rank besides the workers."""
         return []
+
+    # -- the paradigm's label and performance model (workbench.plan, the dashboards) -------------------
+    PARADIGM_KEYS = ("trainer.mode", "trainer.protocol", "compressor.name")  # qualifiers, where set
+
+    @classmethod
+    def paradigm(cls, get: Callable[[str], object]) -> str:
+        """The label of a run of this trainer: its name qualified by its mode/protocol and compressor
+        where it has them (``ps/async``, ``compressed/powersgd``; ``sync``). ``get(key)`` reads a
+        dotted config key (``trainer.mode``) of the run, None where it has none. The dashboards, the
+        planner and its JSON use this one function."""
+        name = cls.name
+        for key in cls.PARADIGM_KEYS:
+            v = get(key)
+            if isinstance(v, str) and v and v != "none":
+                name += f"/{v}"
+        return name
+
+    @classmethod
+    def plan_variants(cls, ranks: int) -> List[List[str]]:
+        """The overrides of each variant of this paradigm the planner ranks on ``ranks`` processes
+        (``[["trainer=ps", "trainer.mode=sync"], ...]``); none: the planner leaves it out."""
+        return []
+
+    @classmethod
+    def perf_model(cls, cfg: DictConfig) -> Tuple[Callable, dict]:
+        """This trainer's step-time function in :mod:`workbench.perfmodel.paradigms` and its
+        options for ``cfg`` (a trainer that plans variants must say which model predicts them)."""
+        raise NotImplementedError(f"trainer {cls.name!r} declares no performance model")
 
     # -- construction ------------------------------------------------------------------------------
     def __init__(self, cfg: DictConfig, info: DistInfo, meter: Meter, log: RunLog) -> None:

@@ -63,6 +63,15 @@ class BMUFTrainer(Trainer):
     name = "bmuf"
 
     @classmethod
+    def plan_variants(cls, ranks):
+        return [[f"trainer={cls.name}"]]
+
+    @classmethod
+    def perf_model(cls, cfg):
+        from workbench.perfmodel import paradigms
+        return paradigms.bmuf, {"block": int(cfg.trainer.block)}
+
+    @classmethod
     def validate(cls, cfg) -> None:
         t = cfg.trainer
         if t.block < 1:

@@ -50,6 +50,17 @@ class CompressedTrainer(SyncTrainer):
     uses_compressor = True
 
     @classmethod
+    def plan_variants(cls, ranks):
+        from workbench.config import conf_dir
+        names = sorted(p.stem for p in (conf_dir() / "compressor").glob("*.yaml"))
+        return [["trainer=compressed", f"compressor={c}"] for c in names if c != "none"]
+
+    @classmethod
+    def perf_model(cls, cfg):
+        from workbench.perfmodel import paradigms
+        return paradigms.compressed, {"compressor": str(cfg.compressor.name)}
+
+    @classmethod
     def validate(cls, cfg) -> None:
         super().validate(cfg)
         t = cfg.trainer

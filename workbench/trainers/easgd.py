@@ -114,6 +114,16 @@ class EASGDTrainer(PSTrainer):
     push_category = "param_push"
 
     @classmethod
+    def plan_variants(cls, ranks):
+        return [["trainer=easgd"]] if ranks >= 2 else []
+
+    @classmethod
+    def perf_model(cls, cfg):
+        from workbench.perfmodel import paradigms
+        t = cfg.trainer
+        return paradigms.easgd, {"servers": int(t.num_servers), "period": int(t.period), "sync": t.mode == "sync"}
+
+    @classmethod
     def validate(cls, cfg) -> None:
         super().validate(cfg)
         t = cfg.trainer

@@ -72,6 +72,16 @@ class ParameterServerTrainer(GradientPSTrainer):
     name = "ps"
 
     @classmethod
+    def plan_variants(cls, ranks):
+        return [["trainer=ps", f"trainer.mode={m}"] for m in ("sync", "async")] if ranks >= 2 else []
+
+    @classmethod
+    def perf_model(cls, cfg):
+        from workbench.perfmodel import paradigms
+        t = cfg.trainer
+        return (paradigms.ps_sync if t.mode == "sync" else paradigms.ps_async), {"servers": int(t.num_servers)}
+
+    @classmethod
     def validate(cls, cfg) -> None:
         super().validate(cfg)
         if cfg.trainer.mode not in ("sync", "async"):

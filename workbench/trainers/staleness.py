@@ -53,6 +53,24 @@ class StalenessTrainer(GradientPSTrainer):
     name = "staleness"
 
     @classmethod
+    def paradigm(cls, get):
+        """``staleness/n=<n>`` for n-softsync (n = λ is asynchronous), ``staleness/hardsync``."""
+        if get("trainer.protocol") == "softsync" and get("trainer.n") is not None:
+            return f"{cls.name}/n={int(get('trainer.n'))}"
+        return super().paradigm(get)
+
+    @classmethod
+    def plan_variants(cls, ranks):
+        # hardsync is ps/sync's model and bytes: planned once, as ps/sync
+        return [["trainer=staleness", "trainer.protocol=softsync", f"trainer.n={n}"] for n in range(1, ranks)]
+
+    @classmethod
+    def perf_model(cls, cfg):
+        from workbench.perfmodel import paradigms
+        t = cfg.trainer
+        return paradigms.staleness, {"servers": int(t.num_servers), "n": int(t.n), "hardsync": t.protocol == "hardsync"}
+
+    @classmethod
     def validate(cls, cfg) -> None:
         super().validate(cfg)
         t = cfg.trainer

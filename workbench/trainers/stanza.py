@@ -59,6 +59,7 @@ from workbench.config import ConfigError, TrainerConfig, register_trainer_schema
 from workbench.meter import AllreduceHookState
 from workbench.models import MODELS, SplitModel
 from workbench.perfmodel import stanza as pm
+from workbench.perfmodel.profile import measure_ranks
 from workbench.trainers import TRAINERS
 from workbench.trainers.base import Trainer, build_optimizer
 
@@ -137,105 +138,15 @@ def boundary_floats(model: SplitModel, spec, device) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# Profiling: the measured inputs of the performance model, on the real cluster
-
-def _median_time(fn, steps: int, device, warmup: bool = True) -> float:
-    times = []
-    for i in range(steps + int(warmup)):  # a first call warms up allocators and kernels
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        if i or not warmup:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
+# Profiling: the one profiler of the project (workbench/perfmodel/profile.py) measures the model's
+# inputs with every rank taking part.
 
 def profile(model: SplitModel, spec, b: int, a: int, meter, device, comm_device, steps: int, optim_cfg) -> pm.StanzaInputs:
-    """Measure :class:`~workbench.perfmodel.stanza.StanzaInputs` with every rank taking part.
-
-    Compute times are measured at every concurrency k = 1..N (ranks 0..k-1 compute at once, the
-    others wait), because ranks that share a host (CPU cores, memory bandwidth, one GPU) slow each
-    other down, and an allocation runs n_c conv computations at once but n_f FC ones. Latency and
-    bandwidth come from a ping-pong between rank 0 and the last rank; all-reduce bandwidth from all
-    ranks. The model's weights, buffers and the RNG are restored afterwards, so a profiled run trains
-    exactly like an unprofiled one. All traffic is metered as ``profile``."""
-    rank, world = dist.get_rank(), dist.get_world_size()
-    saved = copy.deepcopy(model.state_dict())
-    rng = torch.random.get_rng_state()
-    x = torch.randn(b, spec.channels, spec.image_size, spec.image_size, device=device)
-    y = torch.randint(0, spec.num_classes, (b,), device=device)
-
-    def conv():
-        h = model.features(x)
-        h.backward(torch.ones_like(h))
-
-    def fc():
-        h = torch.randn(b, a, device=device, requires_grad=True)
-        F.cross_entropy(model.classifier(h), y).backward()
-
-    conv()  # warm-up, once: the levels below are timed without one
-    fc()
-    levels = torch.zeros(2 * world, dtype=torch.float64)
-    for k in range(1, world + 1):
-        for j, fn in enumerate((conv, fc)):
-            meter.barrier("profile")
-            if rank < k:
-                levels[j * world + k - 1] = _median_time(fn, steps, device, warmup=False) / b
-    meter.barrier("profile")
-    levels = meter.all_reduce(levels.to(comm_device), "profile").cpu() / torch.arange(1, world + 1).repeat(2)
-    t_c_at, t_f_at = tuple(levels[:world].tolist()), tuple(levels[world:].tolist())
-    params = [p for p in model.parameters()]
-    opt = build_optimizer(params, optim_cfg)
-    u = _median_time(opt.step, steps, device) / sum(p.numel() for p in params)
-    model.zero_grad(set_to_none=True)
-    model.load_state_dict(saved)
-    torch.random.set_rng_state(rng)
-    del opt, saved
-
-    peer = world - 1
-    reps = max(steps, 5)  # transfers are cheap to repeat, and noisier than compute
-    meter.barrier("profile")
-
-    def ping_pong(t: torch.Tensor) -> float:
-        rtts = []
-        for i in range(reps + 1):
-            t0 = time.perf_counter()
-            if rank == 0:
-                meter.send(t, peer, "profile")
-                meter.recv(t, peer, "profile")
-            elif rank == peer:
-                meter.recv(t, 0, "profile")
-                meter.send(t, 0, "profile")
-            if i:
-                rtts.append(time.perf_counter() - t0)
-        return statistics.median(rtts)
-
-    # Latency from a one-float round trip; bandwidth from the slope between it and a message of at
-    # least 4 MB (one CONV worker's activations, if larger), so the latency noise cannot swamp it.
-    rtt_small = ping_pong(torch.zeros(1, device=comm_device))
-    big = torch.zeros(max(a * b, 1 << 20), device=comm_device)
-    rtt_big = ping_pong(big)
-    alpha = rtt_small / 2
-    beta = 2 * (big.numel() - 1) * 4 / max(rtt_big - rtt_small, 0.5 * rtt_big)
-    meter.barrier("profile")
-    # The ring all-reduce's bandwidth the same way: one float, then 4-16 MB (the conv part's size).
-    n_ar = min(max(sum(p.numel() for p in model.features.parameters()), 1 << 20), 1 << 22)
-    tiny, buf = torch.zeros(1, device=comm_device), torch.zeros(n_ar, device=comm_device)
-    t_tiny = _median_time(lambda: meter.all_reduce(tiny, "profile"), reps, torch.device("cpu"))
-    t_ar = _median_time(lambda: meter.all_reduce(buf, "profile"), reps, torch.device("cpu"))
-    beta_ar = 2 * (world - 1) / world * (n_ar - 1) * 4 / max(t_ar - t_tiny, 0.5 * t_ar)
-
-    own = torch.tensor([u, alpha if rank == 0 else 0.0, beta if rank == 0 else 0.0, beta_ar],
-                       dtype=torch.float64, device=comm_device)
-    meter.all_reduce(own, "profile")
-    v = own.cpu().tolist()
+    m = measure_ranks(model, spec, b, meter, device, comm_device, steps, lambda ps: build_optimizer(ps, optim_cfg))
     counts = model.param_counts()
-    return pm.StanzaInputs(t_c=t_c_at[-1], t_f=t_f_at[-1], a=a, p_c=counts["features"], p_f=counts["classifier"],
-                           b=b, beta=v[2], alpha=v[1], beta_allreduce=v[3] / world, u=v[0] / world,
-                           t_c_at=t_c_at, t_f_at=t_f_at)
+    return pm.StanzaInputs(t_c=m["t_c_at"][-1], t_f=m["t_f_at"][-1], a=a, p_c=counts["features"],
+                           p_f=counts["classifier"], b=b, beta=m["beta"], alpha=m["alpha"],
+                           beta_allreduce=m["beta_allreduce"], u=m["u"], t_c_at=m["t_c_at"], t_f_at=m["t_f_at"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -243,6 +154,21 @@ def profile(model: SplitModel, spec, b: int, a: int, meter, device, comm_device,
 @TRAINERS.register("stanza")
 class StanzaTrainer(Trainer):
     name = "stanza"
+
+    @classmethod
+    def paradigm(cls, get):
+        """``stanza/n_f=<k>`` with a fixed number of FC workers, ``stanza`` with auto."""
+        n_f = get("trainer.fc_workers")
+        return f"{cls.name}/n_f={int(n_f)}" if n_f is not None and not _auto(n_f) else super().paradigm(get)
+
+    @classmethod
+    def plan_variants(cls, ranks):
+        return [["trainer=stanza", f"trainer.fc_workers={k}"] for k in range(1, ranks)]
+
+    @classmethod
+    def perf_model(cls, cfg):
+        from workbench.perfmodel import paradigms
+        return paradigms.stanza, {"fc_workers": int(fixed_fc_workers(cfg))}
 
     # -- validation before launch -----------------------------------------------------------------
     @classmethod

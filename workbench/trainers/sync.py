@@ -33,6 +33,15 @@ class SyncTrainer(Trainer):
     name = "sync"
 
     @classmethod
+    def plan_variants(cls, ranks):
+        return [["trainer=sync"]] if cls is SyncTrainer else []
+
+    @classmethod
+    def perf_model(cls, cfg):
+        from workbench.perfmodel import paradigms
+        return paradigms.sync, {}
+
+    @classmethod
     def validate(cls, cfg) -> None:
         if cfg.trainer.bucket_cap_mb <= 0:
             raise ConfigError(f"invalid value {cfg.trainer.bucket_cap_mb!r} for trainer.bucket_cap_mb: must be > 0")

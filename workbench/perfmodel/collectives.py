@@ -1,0 +1,81 @@
+"""The cost of every collective the trainers use, once: time (α-β model) and bytes (the meter's
+exact counts). Every other model in :mod:`workbench.perfmodel` prices its communication here.
+
+Time, with α the latency per message (s) and β the bandwidth of one node's link (bytes/s):
+
+=================================  ===========================================================
+ring all-reduce of n bytes, p      2(p−1)·α + 2(p−1)/p · n/β         (reduce-scatter + all-gather)
+all-gather of n bytes each, p      (p−1)·α·m + (p−1) · n/β           (m collectives per bucket)
+point-to-point of n bytes          α + n/β
+PS push (or pull), W workers,      α + max(n/β, W·n/(S·β))           (incast: a server's link
+S servers, n bytes per worker                                         carries W/S workers' shards)
+=================================  ===========================================================
+
+Bytes per rank (what :class:`workbench.meter.Meter` records, floored to whole bytes as it does):
+all-reduce sent = received = ⌊2(p−1)·n/p⌋; all-gather sent (p−1)·n; point-to-point n.
+
+Units: bytes, seconds, bytes per second. This module imports nothing from the project: the meter,
+the trainers and the planner all sit above it.
+"""
+from __future__ import annotations
+
+import math
+
+
+def allreduce_time(nbytes: float, p: int, bandwidth: float, latency: float = 0.0, messages: float = 1.0) -> float:
+    """Ring all-reduce: 2(p−1) steps of n/p bytes each (``messages`` collectives pay the latency)."""
+    if p <= 1:
+        return 0.0
+    return 2 * (p - 1) * latency * messages + 2 * nbytes * (p - 1) / (p * bandwidth)
+
+
+def allgather_time(nbytes: float, p: int, bandwidth: float, latency: float = 0.0, messages: float = 1.0) -> float:
+    """Ring all-gather of ``nbytes`` from every rank: each receives (p−1)·n bytes in p−1 steps."""
+    if p <= 1:
+        return 0.0
+    return (p - 1) * latency * messages + (p - 1) * nbytes / bandwidth
+
+
+def p2p_time(nbytes: float, bandwidth: float, latency: float = 0.0) -> float:
+    """One point-to-point message."""
+    return latency + nbytes / bandwidth
+
+
+def ps_transfer_time(nbytes: float, workers: int, servers: int, bandwidth: float, latency: float = 0.0) -> float:
+    """A worker's push (or pull) of ``nbytes`` spread over ``servers`` shards while all ``workers``
+    do the same: the worker's own link carries n bytes, each server's link W·n/S (incast); the
+    slower of the two sets the time."""
+    if workers < 1 or servers < 1:
+        raise ValueError(f"a parameter server needs workers >= 1 and servers >= 1, got {workers}, {servers}")
+    return latency + max(nbytes, workers * nbytes / servers) / bandwidth
+
+
+def server_service_time(nbytes: float, servers: int, bandwidth: float) -> float:
+    """A server's link time for one worker's exchange (its shard of a push and a pull):
+    2·n/(S·β). With asynchronous workers the servers queue exchanges; this is the service time."""
+    return 2 * nbytes / (servers * bandwidth)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bytes per rank: the meter's exact formulas (workbench/meter.py)
+
+def allreduce_bytes(nbytes: int, p: int) -> int:
+    """Bytes one rank sends (and receives) in a ring all-reduce of ``nbytes`` (floored)."""
+    return 2 * (p - 1) * int(nbytes) // p if p > 1 else 0
+
+
+def allgather_bytes(nbytes: int, p: int) -> int:
+    """Bytes one rank sends in an all-gather of its ``nbytes`` (and receives, if all are equal)."""
+    return (p - 1) * int(nbytes)
+
+
+def allgather_varlen_bytes(nbytes: int, p: int) -> int:
+    """An all-gather of unequal lengths: the sizes (int64 each) are exchanged first."""
+    return (p - 1) * (int(nbytes) + 8)
+
+
+GBIT = 1e9 / 8  # bytes per second in one Gbit/s
+
+
+def bits(bytes_per_s: float) -> float:
+    return 8 * bytes_per_s if bytes_per_s is not None and math.isfinite(bytes_per_s) else bytes_per_s

@@ -1,0 +1,325 @@
+"""One step-time function per paradigm: a pure function of a :class:`~workbench.perfmodel.profile.Profile`
+and a :class:`Cluster`, returning a :class:`Prediction` (step time, samples/s, bytes per worker per
+step by meter category, the bottleneck). Each trainer names the functions that model it
+(``Trainer.plan_variants``), so a new trainer brings its model; the planner never lists paradigms.
+
+Symbols (docs/planner.md has the derivations): b per-worker batch, C_k = b·(t_c(k) + t_f(k)) the
+forward+backward of one batch while k ranks compute on one host, F and B its forward and backward
+parts (F = fwd_share·C), U = u·P the optimizer over P parameters, M = 4P the model's bytes,
+AR(n, p) / AG(n, p) / PS(n, W, S) the collective times of :mod:`workbench.perfmodel.collectives`.
+
+- ``sync`` (DDP): T = F + max(B, Σ_i AR(bucket_i, p)) + U on a network (the bucketed all-reduce
+  hides behind backward); T = C_p + Σ_i AR(bucket_i, p) + U when every rank shares this host,
+  because there the transfer and the backward compete for the same cores (docs/planner.md).
+- ``compressed/<c>``: as ``sync`` with each bucket's payloads and the codec's encode+decode time
+  (measured per bucket), which is host work and never hides.
+- ``ps/sync`` (hardsync), W = ranks − S workers: T = C_W + 2·PS(M, W, S) + U/S (the slowest worker
+  sets the pace: with stragglers, the largest C).
+- ``ps/async`` and ``staleness`` (n-softsync, c = ⌊W/n⌋ gradients per update): a worker never waits
+  for the others; the servers serve one exchange in s = 2M/(S·β) + U/(S·c). Throughput in gradients
+  per second is Σ_i 1/T_i, T_i = C_W·f_i + d_i + 2(α + M/β) + U/(S·c), capped by the servers at 1/s.
+- ``stanza/n_f=k``: :func:`workbench.perfmodel.stanza.step_time` on the profile's inputs.
+- ``easgd``: local steps (C_W + U), and every τ steps an exchange of M with the servers (queued at
+  the servers like ``ps/async``); ``mode=sync`` waits for the slowest worker.
+- ``bmuf`` / ``local_sgd``: C_p + U per step, and every ``block`` steps one all-reduce of the flat
+  model, AR(M, p), plus the block update (≈ U).
+
+Bytes are the meter's exact counts per worker per step (worker rank 0), averaged over a block or
+period where a paradigm communicates every few steps.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from workbench.perfmodel import collectives as C
+from workbench.perfmodel import stanza as st
+from workbench.perfmodel.profile import Profile
+
+HEADER_BYTES = 32  # the parameter server's header per message (4 int64, workbench/ps/protocol.py)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where the paradigm runs. ``ranks``: processes (cluster.nproc × nnodes; a PS spends some on
+    servers, Stanza splits them into CONV and FC). ``bandwidth``/``latency``: one node's link
+    (bytes/s, s); ``allreduce_bandwidth``: the ring's per-rank bandwidth where it differs (this
+    machine's loopback). ``shared_host``: every rank on one host (loopback), so compute slows with
+    concurrency and communication does not overlap computation; otherwise one rank per host."""
+
+    ranks: int
+    bandwidth: float
+    latency: float = 0.0
+    allreduce_bandwidth: Optional[float] = None
+    shared_host: bool = False
+    stragglers: Tuple[Tuple[int, float, float], ...] = ()  # (worker index, compute factor, delay s)
+    label: str = ""
+
+    @property
+    def ar_bw(self) -> float:
+        return self.allreduce_bandwidth or self.bandwidth
+
+    def concurrency(self, computing: int) -> int:
+        """How many ranks compute at once on one host."""
+        return computing if self.shared_host else 1
+
+
+@dataclass
+class Prediction:
+    step_s: float  # time between two steps of a worker
+    samples_per_s: float  # the whole cluster
+    bytes: Dict[str, Dict[str, float]]  # per worker (rank 0) per step: category -> {"sent", "recv"}
+    bottleneck: str  # compute | link | host codec | server
+    terms: Dict[str, float] = field(default_factory=dict)  # the model's terms, seconds
+    crossover_bps: Optional[float] = None  # compressors: link bits/s below which it beats sync
+
+    @property
+    def bytes_sent(self) -> float:
+        return sum(v["sent"] for v in self.bytes.values())
+
+
+def _cat(sent: float = 0, recv: float = 0) -> Dict[str, float]:
+    return {"sent": sent, "recv": recv}
+
+
+def _dominant(terms: Dict[str, float], kinds: Dict[str, str]) -> str:
+    """The bottleneck: the kind (compute, link, host codec, server) holding the largest share."""
+    total: Dict[str, float] = {}
+    for k, v in terms.items():
+        if k in kinds:
+            total[kinds[k]] = total.get(kinds[k], 0.0) + v
+    return max(total, key=total.get) if total else "compute"
+
+
+def _worker_compute(prof: Profile, cl: Cluster, workers: int, batch: Optional[int] = None) -> List[float]:
+    """Each worker's forward+backward seconds, stragglers included."""
+    base = prof.compute_s(cl.concurrency(workers), batch)
+    out = [base] * workers
+    for i, factor, delay in cl.stragglers:
+        if 0 <= i < workers:
+            out[i] = base * factor + delay
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Synchronous data parallelism, with and without a compressor
+
+def _bucket_comm(prof: Profile, cl: Cluster, codec: Optional[dict]) -> Tuple[List[float], List[float], Dict[str, Dict[str, float]]]:
+    """Per bucket: communication seconds and codec seconds; and the bytes by category."""
+    p = cl.ranks
+    comm, codec_s, by = [], [], {}
+    for i, bk in enumerate(prof.buckets):
+        sent = [{"collective": "allreduce", "bytes": 4 * bk["numel"], "category": "allreduce"}] if codec is None \
+            else codec["payloads"][i]
+        t = 0.0
+        for m in sent:
+            cat = by.setdefault(m["category"], _cat())
+            if m["collective"] == "allreduce":
+                t += C.allreduce_time(m["bytes"], p, cl.ar_bw, cl.latency)
+                n = C.allreduce_bytes(m["bytes"], p)
+                cat["sent"] += n
+                cat["recv"] += n
+            else:  # the hook's all-gather of unequal lengths: sizes first, then the padded payloads
+                t += C.allgather_time(m["bytes"] + 8, p, cl.bandwidth, cl.latency, messages=2)
+                cat["sent"] += C.allgather_varlen_bytes(m["bytes"], p)
+                cat["recv"] += C.allgather_varlen_bytes(m["bytes"], p)
+        comm.append(t)
+        codec_s.append(codec["codec_s"][i] / prof.speedup if codec is not None else 0.0)
+    return comm, codec_s, by
+
+
+def _dp(prof: Profile, cl: Cluster, codec: Optional[dict]) -> Prediction:
+    p = cl.ranks
+    if p < 1:
+        raise ValueError(f"data parallelism needs ranks >= 1, got {p}")
+    comp = max(_worker_compute(prof, cl, p))
+    fwd, bwd = prof.fwd_share * comp, (1 - prof.fwd_share) * comp
+    comm, codec_s, by = _bucket_comm(prof, cl, codec)
+    upd = prof.update_s()
+    if cl.shared_host:
+        step = comp + sum(comm) + sum(codec_s) + upd
+        exposed = sum(comm)
+    else:
+        step = fwd + max(bwd, sum(comm)) + sum(codec_s) + upd
+        exposed = max(0.0, sum(comm) - bwd)
+    terms = {"compute": comp if cl.shared_host else fwd + min(bwd, max(bwd, 0.0)), "update": upd,
+             "communication": sum(comm), "exposed_communication": exposed, "codec": sum(codec_s)}
+    kinds = {"compute": "compute", "update": "compute", "exposed_communication": "link", "codec": "host codec"}
+    return Prediction(step, p * prof.batch / step, by, _dominant(terms, kinds), terms)
+
+
+def sync(prof: Profile, cl: Cluster) -> Prediction:
+    """DDP's bucketed ring all-reduce (``trainer=sync``)."""
+    return _dp(prof, cl, None)
+
+
+def compressed(prof: Profile, cl: Cluster, compressor: str) -> Prediction:
+    """DDP with a compressor on its buckets (``trainer=compressed``); with the crossover: the link
+    rate below which it beats ``sync`` on ``cl.ranks`` ranks one per host."""
+    if compressor not in prof.codecs:
+        raise KeyError(f"the profile has no codec measurement of compressor {compressor!r}")
+    codec = prof.codecs[compressor]
+    pred = _dp(prof, cl, codec)
+    pred.crossover_bps = crossover_bps(prof, cl, compressor)
+    return pred
+
+
+def crossover_bps(prof: Profile, cl: Cluster, compressor: str, lo: float = 1e3, hi: float = 1e13) -> Optional[float]:
+    """Bits/s of a node's link below which ``compressor`` beats ``sync`` (networked form, one rank
+    per host, ``cl``'s latency); ``math.inf`` if it wins at every rate in [lo, hi] bytes/s, ``None``
+    if at none. Bisection on a log scale of the gain sync − compressed."""
+    def gain(bw: float) -> float:
+        c = replace(cl, bandwidth=bw, allreduce_bandwidth=None, shared_host=False)
+        return _dp(prof, c, None).step_s - _dp(prof, c, prof.codecs[compressor]).step_s
+    if cl.ranks <= 1:
+        return None
+    if gain(hi) > 0:
+        return math.inf
+    if gain(lo) <= 0:
+        return None
+    a, b = math.log(lo), math.log(hi)
+    for _ in range(80):
+        m = (a + b) / 2
+        if gain(math.exp(m)) > 0:
+            a = m
+        else:
+            b = m
+    return 8 * math.exp((a + b) / 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameter server: hardsync, asynchronous, n-softsync
+
+def _ps_bytes(prof: Profile, servers: int, push: str = "grad_push", every: int = 1) -> Dict[str, Dict[str, float]]:
+    m = prof.model_bytes
+    return {push: _cat(m / every, 0), "param_pull": _cat(0, m / every),
+            "ps_control": _cat(HEADER_BYTES * servers / every, HEADER_BYTES * servers / every)}
+
+
+def ps_sync(prof: Profile, cl: Cluster, servers: int = 1) -> Prediction:
+    """Hardsync: every worker's gradient, then one update, then every worker pulls."""
+    w = cl.ranks - servers
+    if w < 1:
+        raise ValueError(f"a parameter server with {servers} servers needs more than {servers} ranks, got {cl.ranks}")
+    comp = max(_worker_compute(prof, cl, w))
+    xfer = 2 * C.ps_transfer_time(prof.model_bytes, w, servers, cl.bandwidth, cl.latency)
+    apply = prof.update_s() / servers
+    step = comp + xfer + apply
+    terms = {"compute": comp, "push_pull": xfer, "server_apply": apply}
+    kinds = {"compute": "compute", "push_pull": "link", "server_apply": "server"}
+    if w > servers:  # incast: the servers' links, not the workers', carry the exchange
+        kinds["push_pull"] = "server"
+    return Prediction(step, w * prof.batch / step, _ps_bytes(prof, servers), _dominant(terms, kinds), terms)
+
+
+def _async(prof: Profile, cl: Cluster, workers: int, servers: int, per_exchange_steps: int, local_update: bool,
+           per_update: float, bytes_: Dict[str, Dict[str, float]]) -> Prediction:
+    """Closed queueing bound shared by asynchronous PS protocols: workers cycle through compute
+    (and a local update), every ``per_exchange_steps`` steps an exchange with the servers; the
+    servers serve exchanges one at a time (link 2M/(Sβ) plus their update)."""
+    comps = _worker_compute(prof, cl, workers)
+    upd = prof.update_s() if local_update else 0.0
+    exch = 2 * C.p2p_time(prof.model_bytes, cl.bandwidth, cl.latency) + per_update
+    cycles = [per_exchange_steps * (c + upd) + exch for c in comps]  # seconds per exchange, per worker
+    service = C.server_service_time(prof.model_bytes, servers, cl.bandwidth) + per_update
+    demand = sum(1 / t for t in cycles)  # exchanges per second the workers would make
+    rate = min(demand, 1 / service) if service > 0 else demand
+    scale = demand / rate  # > 1: the servers are saturated and every worker waits for them
+    step = statistics_mean(cycles) * scale / per_exchange_steps
+    x = rate * per_exchange_steps * prof.batch
+    terms = {"compute": statistics_mean(comps), "update": upd, "exchange": exch / per_exchange_steps,
+             "server_wait": statistics_mean(cycles) * (scale - 1) / per_exchange_steps}
+    kinds = {"compute": "compute", "update": "compute", "exchange": "link", "server_wait": "server"}
+    return Prediction(step, x, bytes_, _dominant(terms, kinds), terms)
+
+
+def statistics_mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def ps_async(prof: Profile, cl: Cluster, servers: int = 1, c: int = 1) -> Prediction:
+    """Asynchronous (Downpour, c = 1) or n-softsync (c = ⌊λ/n⌋ gradients per update) PS: a pushing
+    worker is answered at once; a server pays the optimizer once per c gradients."""
+    w = cl.ranks - servers
+    if w < 1:
+        raise ValueError(f"a parameter server with {servers} servers needs more than {servers} ranks, got {cl.ranks}")
+    return _async(prof, cl, w, servers, 1, False, prof.update_s() / (servers * max(1, c)), _ps_bytes(prof, servers))
+
+
+def staleness(prof: Profile, cl: Cluster, servers: int = 1, n: int = 1, hardsync: bool = False) -> Prediction:
+    """Rudra's protocols: hardsync is ``ps_sync``; n-softsync updates after c = ⌊λ/n⌋ gradients."""
+    if hardsync:
+        return ps_sync(prof, cl, servers)
+    lam = cl.ranks - servers
+    if not 1 <= n <= max(1, lam):
+        raise ValueError(f"n-softsync needs 1 <= n <= lambda = {lam}, got n={n}")
+    return ps_async(prof, cl, servers, c=max(1, lam // n))
+
+
+# ---------------------------------------------------------------------------------------------
+# Elastic averaging, BMUF and local SGD
+
+def easgd(prof: Profile, cl: Cluster, servers: int = 1, period: int = 4, sync: bool = False) -> Prediction:
+    """Local SGD steps; every ``period`` steps each worker swaps its parameters with the centre."""
+    w = cl.ranks - servers
+    if w < 1:
+        raise ValueError(f"EASGD with {servers} servers needs more than {servers} ranks, got {cl.ranks}")
+    by = _ps_bytes(prof, servers, push="param_push", every=period)
+    elastic = prof.update_s() / servers  # x̃ += α(x_i − x̃): about one optimizer pass over the shard
+    if not sync:
+        return _async(prof, cl, w, servers, period, True, elastic, by)
+    comp = max(_worker_compute(prof, cl, w))
+    xfer = 2 * C.ps_transfer_time(prof.model_bytes, w, servers, cl.bandwidth, cl.latency)
+    step = comp + prof.update_s() + (xfer + elastic) / period
+    terms = {"compute": comp + prof.update_s(), "exchange": xfer / period, "server_apply": elastic / period}
+    kinds = {"compute": "compute", "exchange": "server" if w > servers else "link", "server_apply": "server"}
+    return Prediction(step, w * prof.batch / step, by, _dominant(terms, kinds), terms)
+
+
+def bmuf(prof: Profile, cl: Cluster, block: int = 8) -> Prediction:
+    """BMUF and local SGD: local steps, one all-reduce of the flat model per block."""
+    p = cl.ranks
+    comp = max(_worker_compute(prof, cl, p))
+    upd = prof.update_s()
+    ar = C.allreduce_time(prof.model_bytes, p, cl.ar_bw, cl.latency)
+    step = comp + upd + (ar + upd) / block  # the block update touches every parameter about once
+    n = C.allreduce_bytes(prof.model_bytes, p) / block
+    terms = {"compute": comp, "update": upd + upd / block, "allreduce": ar / block}
+    kinds = {"compute": "compute", "update": "compute", "allreduce": "link"}
+    return Prediction(step, p * prof.batch / step, {"allreduce": _cat(n, n)}, _dominant(terms, kinds), terms)
+
+
+# ---------------------------------------------------------------------------------------------
+# Stanza
+
+def stanza_inputs(prof: Profile, cl: Cluster, batch: Optional[int] = None) -> st.StanzaInputs:
+    s = prof.speedup
+    at = (lambda xs: tuple(v / s for v in xs)) if cl.shared_host else (lambda xs: None)
+    return st.StanzaInputs(t_c=prof.t_c(1), t_f=prof.t_f(1), a=prof.boundary, p_c=prof.params_conv,
+                           p_f=prof.params_fc, b=batch or prof.batch, beta=cl.bandwidth, alpha=cl.latency,
+                           beta_allreduce=cl.allreduce_bandwidth, u=prof.u / s,
+                           t_c_at=at(prof.t_c_at), t_f_at=at(prof.t_f_at))
+
+
+def stanza(prof: Profile, cl: Cluster, fc_workers: int = 1) -> Prediction:
+    """Stanza's schedule (``perfmodel.stanza.breakdown``) with n_f FC workers of ``cl.ranks``."""
+    n_f = fc_workers
+    n_c = cl.ranks - n_f
+    if n_c < 1 or n_f < 1:
+        raise ValueError(f"Stanza needs 1 <= n_f < ranks, got n_f={n_f} of {cl.ranks}")
+    x = stanza_inputs(prof, cl)
+    t = st.breakdown(x, n_c, n_f)
+    by = st.stanza_conv_worker_bytes(prof.params_conv, prof.boundary, x.b, n_c)
+    terms = {"conv_compute": t["conv_compute"], "fc_compute": t["fc_compute"] * t["pieces"],
+             "transfer": 2 * t["transfer"] * t["pieces"], "allreduce": t["allreduce_conv"] + t["fc_exposed"],
+             "update": t["update_conv"]}
+    kinds = {"conv_compute": "compute", "fc_compute": "compute", "update": "compute", "transfer": "link",
+             "allreduce": "link"}
+    return Prediction(t["step"], n_c * x.b / t["step"], by, _dominant(terms, kinds), terms)
+
+
+# The step-time functions by name, for code that has only a name (the JSON of a plan).
+MODELS: Dict[str, Callable[..., Prediction]] = {
+    "sync": sync, "compressed": compressed, "ps_sync": ps_sync, "ps_async": ps_async, "staleness": staleness,
+    "easgd": easgd, "bmuf": bmuf, "stanza": stanza}

@@ -1,0 +1,447 @@
+"""The one profiler: everything the performance model needs to know about a model on a machine,
+measured, and cached under ``experiments/profiles/`` with what it was measured on.
+
+A :class:`Profile` holds, for one model, data shape and per-worker batch, measured with
+``ranks`` processes on this machine (gloo, one process group, the run's thread share per rank):
+
+- ``t_c_at`` / ``t_f_at``: forward+backward seconds per sample of the conv part and the FC part when
+  k = 1..ranks processes compute at once (ranks that share a host slow each other down: on 2 cores
+  3 ranks take about 1.5× as long as one); ``fwd_share``: the forward's share of forward+backward;
+- ``u``: optimizer seconds per parameter (SGD with momentum; also what a server pays to apply);
+- ``alpha``, ``beta``: latency and bandwidth of one point-to-point message between two ranks, and
+  ``beta_allreduce``, the ring all-reduce's per-rank bandwidth (they differ on shared memory);
+- ``buckets``: DDP's gradient buckets as they are after its rebuild at step 1 (numel and shapes);
+- ``codecs``: per compressor, per bucket, the payloads its codec puts into collectives (bytes,
+  collective, meter category: exact, they are the bytes the meter will count) and its encode+decode
+  seconds, measured by running its ``reduce`` against a channel that returns the payload.
+
+:func:`measure_ranks` is the in-cluster part (used by ``trainer=stanza`` before it picks n_f and by
+:func:`measure`, which spawns the ranks itself). Nothing here imports a trainer: the caller passes
+the optimizer factory.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple
+
+PROFILE_VERSION = 1
+
+
+def _median_time(fn, steps: int, device, warmup: bool = True) -> float:
+    import torch
+    times = []
+    for i in range(steps + int(warmup)):  # a first call warms up allocators and kernels
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if i or not warmup:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def measure_ranks(model, spec, b: int, meter, device, comm_device, steps: int,
+                  make_optimizer: Callable) -> dict:
+    """Measure compute, optimizer and link costs with every rank of the current group taking part.
+
+    Compute times are measured at every concurrency k = 1..N (ranks 0..k-1 compute at once, the
+    others wait), because ranks that share a host (CPU cores, memory bandwidth, one GPU) slow each
+    other down. Latency and bandwidth come from a ping-pong between rank 0 and the last rank;
+    all-reduce bandwidth from all ranks. The model's weights, buffers and the RNG are restored
+    afterwards, so a profiled run trains exactly like an unprofiled one. All traffic is metered as
+    ``profile``. Returns ``t_c_at``, ``t_f_at`` (s/sample), ``u`` (s/parameter), ``alpha`` (s),
+    ``beta``, ``beta_allreduce`` (bytes/s)."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    rank, world = dist.get_rank(), dist.get_world_size()
+    saved = copy.deepcopy(model.state_dict())
+    rng = torch.random.get_rng_state()
+    x = torch.randn(b, spec.channels, spec.image_size, spec.image_size, device=device)
+    y = torch.randint(0, spec.num_classes, (b,), device=device)
+    with torch.no_grad():
+        a = int(model.features(x[:1]).numel())
+
+    def conv():
+        h = model.features(x)
+        h.backward(torch.ones_like(h))
+
+    def fc():
+        h = torch.randn(b, a, device=device, requires_grad=True)
+        F.cross_entropy(model.classifier(h), y).backward()
+
+    conv()  # warm-up, once: the levels below are timed without one
+    fc()
+    levels = torch.zeros(2 * world, dtype=torch.float64)
+    for k in range(1, world + 1):
+        for j, fn in enumerate((conv, fc)):
+            meter.barrier("profile")
+            if rank < k:
+                levels[j * world + k - 1] = _median_time(fn, steps, device, warmup=False) / b
+    meter.barrier("profile")
+    levels = meter.all_reduce(levels.to(comm_device), "profile").cpu() / torch.arange(1, world + 1).repeat(2)
+    t_c_at, t_f_at = tuple(levels[:world].tolist()), tuple(levels[world:].tolist())
+    params = [p for p in model.parameters()]
+    opt = make_optimizer(params)
+    u = _median_time(opt.step, steps, device) / sum(p.numel() for p in params)
+    model.zero_grad(set_to_none=True)
+    model.load_state_dict(saved)
+    torch.random.set_rng_state(rng)
+    del opt, saved
+
+    peer = world - 1
+    reps = max(steps, 5)  # transfers are cheap to repeat, and noisier than compute
+    meter.barrier("profile")
+
+    def ping_pong(t) -> float:
+        rtts = []
+        for i in range(reps + 1):
+            t0 = time.perf_counter()
+            if rank == 0:
+                meter.send(t, peer, "profile")
+                meter.recv(t, peer, "profile")
+            elif rank == peer:
+                meter.recv(t, 0, "profile")
+                meter.send(t, 0, "profile")
+            if i:
+                rtts.append(time.perf_counter() - t0)
+        return statistics.median(rtts)
+
+    # Latency from a one-float round trip; bandwidth from the slope between it and a message of at
+    # least 4 MB (one CONV worker's activations, if larger), so the latency noise cannot swamp it.
+    rtt_small = ping_pong(torch.zeros(1, device=comm_device))
+    big = torch.zeros(max(a * b, 1 << 20), device=comm_device)
+    rtt_big = ping_pong(big)
+    alpha = rtt_small / 2
+    beta = 2 * (big.numel() - 1) * 4 / max(rtt_big - rtt_small, 0.5 * rtt_big)
+    meter.barrier("profile")
+    # The ring all-reduce's bandwidth the same way: one float, then 4-16 MB (the conv part's size).
+    n_ar = min(max(sum(p.numel() for p in model.features.parameters()), 1 << 20), 1 << 22)
+    tiny, buf = torch.zeros(1, device=comm_device), torch.zeros(n_ar, device=comm_device)
+    t_tiny = _median_time(lambda: meter.all_reduce(tiny, "profile"), reps, torch.device("cpu"))
+    t_ar = _median_time(lambda: meter.all_reduce(buf, "profile"), reps, torch.device("cpu"))
+    beta_ar = 2 * (world - 1) / world * (n_ar - 1) * 4 / max(t_ar - t_tiny, 0.5 * t_ar) if world > 1 else float("inf")
+
+    own = torch.tensor([u, alpha if rank == 0 else 0.0, beta if rank == 0 else 0.0, beta_ar],
+                       dtype=torch.float64, device=comm_device)
+    meter.all_reduce(own, "profile")
+    v = own.cpu().tolist()
+    return {"t_c_at": t_c_at, "t_f_at": t_f_at, "u": v[0] / world, "alpha": v[1], "beta": v[2],
+            "beta_allreduce": v[3] / world}
+
+
+# ---------------------------------------------------------------------------------------------
+# The profile of a model on a machine
+
+@dataclass
+class Profile:
+    model: str
+    data: str  # data set name
+    input_shape: Tuple[int, int, int]  # channels, height, width
+    batch: int  # per-worker batch b the compute was timed at
+    ranks: int  # processes measured at once (t_c_at has this many entries)
+    t_c_at: Tuple[float, ...]  # conv forward+backward, s/sample, with k = 1.. ranks computing
+    t_f_at: Tuple[float, ...]  # FC forward+backward, s/sample
+    fwd_share: float  # forward / (forward + backward) of the whole model, one rank alone
+    u: float  # optimizer seconds per parameter
+    alpha: float  # s per message (point-to-point, this machine)
+    beta: float  # bytes/s point-to-point (this machine)
+    beta_allreduce: float  # bytes/s per rank of the ring all-reduce (this machine)
+    boundary: int  # floats per sample at the conv/FC boundary
+    params_conv: int
+    params_fc: int
+    param_shapes: List[Tuple[int, ...]]
+    bucket_cap_mb: float
+    buckets: List[dict]  # DDP buckets after the rebuild: {"numel", "shapes"}
+    codecs: Dict[str, dict] = field(default_factory=dict)  # compressor -> {"payloads": [[{collective, bytes, category}...] per bucket], "codec_s": [...]}
+    machine: dict = field(default_factory=dict)  # where and how it was measured
+    speedup: float = 1.0  # compute divided by this (planning for faster hardware)
+    version: int = PROFILE_VERSION
+
+    # -- derived -----------------------------------------------------------------------------------
+    @property
+    def params(self) -> int:
+        return self.params_conv + self.params_fc
+
+    @property
+    def model_bytes(self) -> int:
+        return 4 * self.params
+
+    def t_c(self, k: int = 1) -> float:
+        """Conv seconds per sample with k ranks computing at once on one host (beyond the profiled
+        ranks, the host time-shares: the last level scaled by k / ranks)."""
+        return _at(self.t_c_at, k) / self.speedup
+
+    def t_f(self, k: int = 1) -> float:
+        return _at(self.t_f_at, k) / self.speedup
+
+    def compute_s(self, k: int = 1, batch: Optional[int] = None) -> float:
+        """Forward+backward seconds of one worker's batch with k ranks computing at once."""
+        return (batch or self.batch) * (self.t_c(k) + self.t_f(k))
+
+    def update_s(self, params: Optional[int] = None) -> float:
+        return self.u * (self.params if params is None else params) / self.speedup
+
+    def with_speedup(self, speedup: float) -> "Profile":
+        p = copy.copy(self)
+        p.speedup = speedup
+        return p
+
+    # -- files -------------------------------------------------------------------------------------
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Profile":
+        names = {f.name for f in fields(cls)}
+        d = {k: v for k, v in d.items() if k in names}
+        d["input_shape"] = tuple(d["input_shape"])
+        d["t_c_at"], d["t_f_at"] = tuple(d["t_c_at"]), tuple(d["t_f_at"])
+        d["param_shapes"] = [tuple(s) for s in d["param_shapes"]]
+        return cls(**d)
+
+    def save(self, path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(self.to_json(), indent=1))
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path) -> "Profile":
+        return cls.from_json(json.loads(Path(path).read_text()))
+
+    def matches(self, key: dict) -> Optional[str]:
+        """Why this profile cannot stand for ``key`` (model, data shape, batch), or None."""
+        for k in ("model", "input_shape", "batch"):
+            mine = getattr(self, k)
+            if _norm(mine) != _norm(key[k]):
+                return f"it was measured for {k}={_norm(mine)}, not {_norm(key[k])}"
+        return None
+
+
+def _norm(v):
+    return tuple(v) if isinstance(v, (list, tuple)) else v
+
+
+def _at(levels: Tuple[float, ...], k: int) -> float:
+    k = max(1, int(k))
+    if k <= len(levels):
+        return levels[k - 1]
+    return levels[-1] * k / len(levels)
+
+
+def machine() -> dict:
+    import torch
+    return {"host": platform.node(), "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "torch": torch.__version__, "python": platform.python_version(), "device": "cpu",
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_average": _loadavg()}
+
+
+def _loadavg():
+    try:
+        return list(os.getloadavg())
+    except OSError:  # pragma: no cover - not on Linux
+        return None
+
+
+def profile_key(cfg) -> dict:
+    """What a profile must match to stand for ``cfg``: model, input shape, per-worker batch."""
+    from workbench import data as data_mod
+    spec = data_mod.DATASETS[cfg.data.name].spec(cfg.data)
+    return {"model": str(cfg.model.name), "input_shape": (spec.channels, spec.image_size, spec.image_size),
+            "batch": int(cfg.data.batch_size)}
+
+
+def cache_path(cfg, ranks: int, root="experiments") -> Path:
+    """``experiments/profiles/<host>-<model>-<C>x<H>x<W>-b<batch>-r<ranks>.json``."""
+    k = profile_key(cfg)
+    shape = "x".join(str(v) for v in k["input_shape"])
+    return Path(root) / "profiles" / f"{platform.node()}-{k['model']}-{shape}-b{k['batch']}-r{ranks}.json"
+
+
+# ---------------------------------------------------------------------------------------------
+# Measuring: spawn the ranks here, profile, return rank 0's result
+
+class _RecordingChannel:
+    """Stands in for the compression hook's channel: returns what an all-reduce (the payload
+    itself) or an all-gather (every rank's payload) would, and records the payloads."""
+
+    def __init__(self, world: int) -> None:
+        self.world, self.sent = world, []
+        self.encode_s = self.decode_s = 0.0
+
+    def timed(self, what):
+        from contextlib import contextmanager
+
+        @contextmanager
+        def cm():
+            t0 = time.perf_counter()
+            yield
+            setattr(self, f"{what}_s", getattr(self, f"{what}_s") + time.perf_counter() - t0)
+        return cm()
+
+    def exchange(self, collective, payload, category):
+        self.sent.append({"collective": collective, "bytes": payload.numel() * payload.element_size(),
+                          "category": category, "dtype": str(payload.dtype).removeprefix("torch.")})
+        if collective == "allreduce":
+            return payload
+        return [payload.reshape(-1).clone() for _ in range(self.world)]
+
+
+def measure_codecs(buckets: List[dict], compressors: Dict[str, object], world: int, repeats: int = 3) -> Dict[str, dict]:
+    """Per compressor: each bucket's payloads and encode+decode seconds (median of ``repeats``
+    steps at a step late enough that every compressor compresses, e.g. after PowerSGD's start)."""
+    import torch
+    from workbench.compress import BucketInfo, build_compressor
+    out = {}
+    for name, ccfg in compressors.items():
+        comp = build_compressor(ccfg, 0, world, 0)
+        start = int(ccfg.get("start_iter", 0) or 0) + 2
+        per_step = []
+        payloads = None
+        for r in range(repeats + 1):
+            step_payloads, times = [], []
+            for i, bk in enumerate(buckets):
+                ch = _RecordingChannel(world)
+                x = torch.randn(bk["numel"])
+                info = BucketInfo(index=i, step=start + r, rank=0, world=world,
+                                  shapes=tuple(torch.Size(s) for s in bk["shapes"]), seed=0)
+                t0 = time.perf_counter()
+                comp.reduce(x, info, ch)
+                times.append(time.perf_counter() - t0)
+                step_payloads.append(ch.sent)
+            if r:  # the first step warms up (and builds PowerSGD's Q)
+                per_step.append(times)
+            payloads = step_payloads
+        codec = [statistics.median(t[i] for t in per_step) for i in range(len(buckets))]
+        out[name] = {"collective": comp.collective,
+                     "payloads": payloads, "codec_s": codec}
+    return out
+
+
+def _spawned(rank: int, world: int, port: int, cfg, compressors, steps: int, queue) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from workbench import data as data_mod
+    from workbench.dist import threads_per_rank
+    from workbench.meter import Meter
+    from workbench.models import build_model
+    os.environ["WORKBENCH_HOST_RANKS"] = str(world)
+    torch.set_num_threads(threads_per_rank(cfg.cluster, world))
+    store = dist.TCPStore("127.0.0.1", port, world, is_master=rank == 0)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
+    try:
+        spec = data_mod.DATASETS[cfg.data.name].spec(cfg.data)
+        torch.manual_seed(cfg.seed)
+        model = build_model(cfg, spec)
+        b = int(cfg.data.batch_size)
+        meter = Meter(cfg.cluster.timeout_s)
+        cpu = torch.device("cpu")
+
+        def make_optimizer(ps):
+            o = cfg.optim
+            return torch.optim.SGD(ps, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay, nesterov=o.nesterov)
+
+        m = measure_ranks(model, spec, b, meter, cpu, cpu, steps, make_optimizer)
+        # DDP's buckets as they are after its rebuild at the end of step 1 (record them at step 3)
+        cap = float(cfg.trainer.get("bucket_cap_mb", 25.0) or 25.0)
+        ddp = DDP(copy.deepcopy(model), bucket_cap_mb=cap)
+        seen: List[dict] = []
+
+        def hook(state, bucket):
+            seen.append({"numel": bucket.buffer().numel(), "shapes": [tuple(p.shape) for p in bucket.parameters()]})
+            fut = torch.futures.Future()
+            fut.set_result(bucket.buffer())
+            return fut
+
+        ddp.register_comm_hook(None, hook)
+        x = torch.randn(b, spec.channels, spec.image_size, spec.image_size)
+        y = torch.randint(0, spec.num_classes, (b,))
+        for _ in range(3):
+            seen.clear()
+            ddp.zero_grad(set_to_none=True)
+            torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        buckets = list(seen)
+        # the forward's share of forward+backward, rank 0 alone (the others wait at the barrier)
+        share = 1 / 3
+        if rank == 0:
+            def fwd():
+                with torch.no_grad():
+                    model(x)
+
+            def both():
+                model.zero_grad(set_to_none=True)
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+            tf, tb = _median_time(fwd, steps, cpu), _median_time(both, steps, cpu)
+            share = min(0.9, max(0.05, tf / tb)) if tb > 0 else share
+            codecs = measure_codecs(buckets, compressors, world)
+        dist.barrier()
+        if rank == 0:
+            counts = model.param_counts()
+            queue.put({**m, "fwd_share": share, "buckets": buckets, "codecs": codecs, "bucket_cap_mb": cap,
+                       "boundary": model.boundary_size(spec), "params_conv": counts["features"],
+                       "params_fc": counts["classifier"], "param_shapes": [tuple(p.shape) for p in model.parameters()],
+                       "threads": torch.get_num_threads()})
+    finally:
+        dist.destroy_process_group()
+
+
+def measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, steps: int = 3) -> Profile:
+    """Spawn ``ranks`` gloo processes on this machine and measure the profile of ``cfg``'s model,
+    data shape and per-worker batch (``compressors``: name -> compressor config, whose codecs are
+    timed). Seconds for the small models; a minute or more for VGG-16 on a loaded CPU."""
+    import torch.multiprocessing as mp
+
+    from workbench.launcher import free_port
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_spawned, args=(r, ranks, port, cfg, compressors or {}, steps, queue), daemon=True)
+             for r in range(ranks)]
+    for p in procs:
+        p.start()
+    try:
+        res = queue.get(timeout=max(600.0, float(cfg.cluster.timeout_s)))
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.terminate()
+    key = profile_key(cfg)
+    threads = res.pop("threads")
+    return Profile(model=key["model"], data=str(cfg.data.name), input_shape=key["input_shape"], batch=key["batch"],
+                   ranks=ranks, t_c_at=tuple(res["t_c_at"]), t_f_at=tuple(res["t_f_at"]), fwd_share=res["fwd_share"],
+                   u=res["u"], alpha=res["alpha"], beta=res["beta"], beta_allreduce=res["beta_allreduce"],
+                   boundary=res["boundary"], params_conv=res["params_conv"], params_fc=res["params_fc"],
+                   param_shapes=[tuple(s) for s in res["param_shapes"]], bucket_cap_mb=res["bucket_cap_mb"],
+                   buckets=[{"numel": b["numel"], "shapes": [list(s) for s in b["shapes"]]} for b in res["buckets"]],
+                   codecs=res["codecs"], machine={**machine(), "ranks": ranks, "threads_per_rank": threads})
+
+
+def load_or_measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, root="experiments",
+                    refresh: bool = False, log: Callable[[str], None] = print) -> Profile:
+    """The cached profile of ``cfg`` on this machine with ``ranks`` processes (and at least these
+    compressors' codecs), measuring and caching it when missing."""
+    path = cache_path(cfg, ranks, root)
+    if path.exists() and not refresh:
+        prof = Profile.load(path)
+        if prof.version == PROFILE_VERSION and set(compressors or {}) <= set(prof.codecs):
+            return prof
+    log(f"profiling {cfg.model.name} (batch {cfg.data.batch_size}) with {ranks} ranks on this machine ...")
+    prof = measure(cfg, ranks, compressors)
+    prof.save(path)
+    log(f"profile cached: {path}")
+    return prof
