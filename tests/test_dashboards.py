@@ -144,65 +144,38 @@ def test_compression_table_means_and_speed_relative_to_none():
     assert t.loc["none", "MiB_per_step"] == 4.0
 
 
-# -- analytic models ---------------------------------------------------------------------------------
+# -- what-if: the planner's model ---------------------------------------------------------------------
 
-PROF = db.ModelProfile(model="m", batch=10, t_conv=1e-3, t_fc=1e-4, params_conv=1000, params_fc=9000, boundary=50)
+from perfmodel_fixtures import synthetic_profile  # noqa: E402
 
-
-def test_ring_allreduce_and_allgather_times():
-    assert db.ring_allreduce_s(1000.0, 4, 100.0, 0.5) == pytest.approx(2 * 0.5 * 3 + 2 * 1000 * 3 / (4 * 100))
-    assert db.ring_allreduce_s(1000.0, 1, 100.0, 0.5) == 0.0
-    assert db.allgather_s(1000.0, 4, 100.0, 0.5) == pytest.approx(3 * 0.5 + 3 * 1000 / 100)
+PROF = synthetic_profile()
 
 
-def test_stanza_model_matches_the_papers_formula_by_hand():
-    bw = 1e6
-    n_c, n_f = 3, 1
-    by_hand = (10 * 1e-3 + 3 * (10 * 1e-4 + 2 * 4 * 50 * 10 / bw) + 2 * 2 / 3 * 4 * 1000 / bw + 0.0)
-    assert db.step_time_stanza(PROF, n_c, n_f, bw) == pytest.approx(by_hand)
-    n_f_best, x = db.best_stanza(PROF, 4, bw)
-    xs = {k: (4 - k) * 10 / db.step_time_stanza(PROF, 4 - k, k, bw) for k in (1, 2, 3)}
-    assert n_f_best == max(xs, key=xs.get) and x == pytest.approx(max(xs.values()))
-
-
-def test_sync_step_hides_comm_under_backward_until_it_dominates():
-    comp = 10 * 1.1e-3
-    slow = db.step_time_sync(PROF, 4, bw=1.0)  # communication dominates
-    assert slow == pytest.approx(comp / 3 + 2 * 3 / 4 * PROF.model_bytes)
-    fast = db.step_time_sync(PROF, 4, bw=1e15)
-    assert fast == pytest.approx(comp / 3 + db.OVERLAP_INEFFICIENCY * 2 / 3 * comp)
+def test_the_stand_in_models_are_gone():
+    """One performance model: the dashboards call workbench.perfmodel, they carry none of their own."""
+    for name in ("ModelProfile", "profile_model", "step_time_sync", "step_time_ps", "step_time_stanza",
+                 "step_time_compressed", "ring_allreduce_s", "predicted_throughput"):
+        assert not hasattr(db, name), name
 
 
 def test_crossover_is_where_compression_stops_paying():
-    g = db.crossover_gbps(PROF, 8, ratio=32.0, encode_decode_s=1e-3)
+    from workbench.perfmodel import paradigms as P
+    g = db.crossover_gbps(PROF, 8, "small")
     assert g == g and g > 0
+
     def gain(x):
-        bw = x * 1e9 / 8
-        return db.step_time_sync(PROF, 8, bw, 5e-6) - db.step_time_compressed(PROF, 8, bw, 5e-6, ratio=32.0, encode_decode_s=1e-3)
+        cl = P.Cluster(8, x * 1e9 / 8, 50e-6)
+        return P.sync(PROF, cl).step_s - P.compressed(PROF, cl, "small").step_s
     assert gain(g * 0.9) > 0 > gain(g * 1.1)
-    assert math.isnan(db.crossover_gbps(PROF, 8, ratio=1.0, encode_decode_s=1e-3))  # never pays
 
 
-def test_whatif_curves_panels_and_equal_process_counts():
-    pt = db.predicted_throughput(PROF, 4, 10.0)
-    assert set(pt) == {"sync (all-reduce)", "compressed (×16)", "ps (sync)", "stanza (best n_f)"}
-    bw = 10.0 * 1e9 / 8
-    assert pt["ps (sync)"] == pytest.approx(3 * 10 / db.step_time_ps(PROF, 3, bw, servers=1))  # 1 of 4 ranks serves
-    fig = db.whatif_curves(PROF, workers=4, gbps=10.0)
-    assert len(fig.data) == 8  # 4 paradigms x 2 panels
+def test_whatif_curves_panels_from_the_planner():
+    frame = db.whatif_frame(PROF, [1.0, 10.0], [4], overrides=["trainer=ps"])
+    assert set(frame["paradigm"]) == {"ps/sync", "ps/async"}
+    fig = db.whatif_curves(PROF, workers=4, gbps=10.0, overrides=["trainer=bmuf"], points=3)
+    assert len(fig.data) == 2  # one paradigm x 2 panels
     assert fig.layout.xaxis.type == "log" and fig.layout.xaxis.title.text == "bandwidth (Gbit/s)"
-    assert fig.layout.xaxis2.title.text == "ranks"
-
-
-def test_profile_model_measures_the_real_model():
-    import workbench
-    from workbench import data as data_mod
-    from workbench.models import build_model
-    cfg = workbench.compose(["model=small_cnn", "data=digits"])
-    p = db.profile_model(cfg, repeats=2)
-    model = build_model(cfg, data_mod.DATASETS["digits"].spec(cfg.data))
-    assert p.params_conv == model.param_counts()["features"] and p.params_fc == model.param_counts()["classifier"]
-    assert p.batch == cfg.data.batch_size and p.t_conv > 0 and p.t_fc > 0 and p.boundary > 0
+    assert fig.layout.xaxis2.title.text == "ranks" and "perfmodel" in fig.layout.title.text
 
 
 # -- per-rank bytes from run summaries ----------------------------------------------------------------
@@ -238,13 +211,12 @@ def test_run_explorer_switches_panels_and_filters():
 
 def test_whatif_explorer_follows_its_sliders():
     from workbench.widgets import WhatIfExplorer
-    ex = WhatIfExplorer(PROF, workers=4, gbps=10.0)
+    ex = WhatIfExplorer(PROF, workers=4, gbps=10.0, overrides=["trainer=sync"])
     assert "4 ranks" in ex.figure.layout.annotations[0].text
     ex.workers.value = 6
     assert "6 ranks" in ex.figure.layout.annotations[0].text
-    ex.ratio.value = 64.0
-    ex.encdec_ms.value = 1.0
-    assert ex.crossover == pytest.approx(db.crossover_gbps(PROF, 6, 64.0, 1e-3))
+    ex.compressor.value = "gather"
+    assert ex.crossover == pytest.approx(db.crossover_gbps(PROF, 6, "gather"), nan_ok=True)
     assert "Gbit/s" in ex.note.value
 
 

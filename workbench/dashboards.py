@@ -10,30 +10,29 @@ only in a notebook, so pytest covers all of it (tests/test_dashboards.py).
     db.time_to_accuracy(metrics, target=0.9).show()
     db.bytes_per_step(metrics).show()                     # stacked by meter category (rank 0)
     db.pareto_front(runs).show()                          # accuracy / throughput Pareto front
-    db.whatif_curves(db.profile_model(cfg)).show()        # analytic what-if curves
+    db.whatif_curves(db.whatif_profile(["model=small_cnn"])).show()  # the planner's what-if curves
 
 Conventions: times in seconds of wall-clock since the first step, throughput in samples/s, bytes in
 MiB (2**20). A run is labelled by its *paradigm*: the trainer's name, qualified by its mode or
 protocol and its compressor where it has them (``ps/async``, ``compressed/powersgd``). Only completed runs are plotted unless ``completed_only=False``.
 
-The what-if curves use the small analytic models at the end of this file (ring all-reduce with
-overlap, sharded parameter server, Stanza's throughput model from PAPERS.md §2, compression per
-Agarwal et al. §4); they are stand-ins until ``workbench/perfmodel/`` lands, and say so in the
-figure title.
+The what-if curves, the allocation figure's prediction and the compression crossover come from
+the one calibrated performance model, :mod:`workbench.perfmodel`, through :func:`workbench.plan.plan`
+(docs/planner.md), on a profile of the model measured on this machine.
 """
 from __future__ import annotations
 
-import math
-import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
+
+if TYPE_CHECKING:
+    from workbench.perfmodel.profile import Profile
 
 MiB = float(2**20)
 COLORS = px.colors.qualitative.Plotly
@@ -347,7 +346,7 @@ def select(runs: pd.DataFrame, metrics: pd.DataFrame, query: str = "") -> Tuple[
     return runs, (metrics[metrics["run_dir"].isin(runs["run_dir"])] if not metrics.empty else metrics)
 
 
-def allocation_figure(runs: pd.DataFrame, profile: Optional["ModelProfile"] = None, gbps: float = 10.0,
+def allocation_figure(runs: pd.DataFrame, profile: Optional["Profile"] = None, gbps: float = 10.0,
                       key: str = "cfg.trainer.fc_workers", trainer: str = "stanza") -> go.Figure:
     """Stanza's allocation sweep: measured samples/s of each run against its number of FC workers
     n_f; the prediction the run made itself (``summary.json`` ``stanza.predicted_samples_per_s``,
@@ -372,13 +371,13 @@ def allocation_figure(runs: pd.DataFrame, profile: Optional["ModelProfile"] = No
             fig.add_trace(go.Scatter(x=own["n_f"], y=own["own_prediction"], mode="markers", marker={"size": 12, "symbol": "x"},
                                      name="predicted by the run (perfmodel, calibrated)"))
         if profile is not None:
-            bw = gbps * 1e9 / 8
+            from workbench.perfmodel import paradigms
             nodes = st["world_size"] if "world_size" in st else st["cfg.cluster.nproc"]
             pred = []
             for n, n_f in zip(nodes.astype(int), st["n_f"].astype(int)):
-                n_c = n - n_f
-                pred.append(n_c * profile.batch / step_time_stanza(profile, n_c, n_f, bw) if n_c >= 1 else float("nan"))
-            fig.add_trace(go.Scatter(x=st["n_f"], y=pred, mode="lines+markers", name=f"analytic at {gbps:g} Gbit/s"))
+                cl = paradigms.Cluster(int(n), gbps * 1e9 / 8, 50e-6)
+                pred.append(paradigms.stanza(profile, cl, n_f).samples_per_s if n - n_f >= 1 else float("nan"))
+            fig.add_trace(go.Scatter(x=st["n_f"], y=pred, mode="lines+markers", name=f"perfmodel at {gbps:g} Gbit/s"))
     others = runs[runs["paradigm"] != trainer].dropna(subset=["samples_per_s"])
     for i, r in enumerate(others.to_dict("records")):
         fig.add_hline(y=r["samples_per_s"], line_dash="dot", line_color=COLORS[(i + 2) % len(COLORS)],
@@ -414,17 +413,18 @@ def compression_table(runs: pd.DataFrame, metrics: pd.DataFrame, reference: str 
     return out.rename(columns={"bytes_per_step": "MiB_per_step"}).reset_index(drop=True)
 
 
-def crossover_table(table: pd.DataFrame, profile: "ModelProfile", workers: int = 8, speedup: float = 1.0) -> pd.DataFrame:
-    """For each compressor row of :func:`compression_table`: the bandwidth below which it would beat
-    plain all-reduce on ``workers`` ranks, from its measured ratio and encode+decode time."""
+def crossover_table(table: pd.DataFrame, profile: "Profile", workers: int = 8, speedup: float = 1.0) -> pd.DataFrame:
+    """For each compressor row of :func:`compression_table` (paradigm ``compressed/<name>``): its
+    measured ratio and encode+decode time, and the bandwidth below which the calibrated model says
+    it beats plain all-reduce on ``workers`` ranks (from the profile's codec measurement)."""
     rows = []
     for r in table.to_dict("records"):
-        ratio = r.get("compression_ratio")
-        if ratio is None or not ratio == ratio or ratio <= 0:
+        name = str(r.get("paradigm", "")).partition("/")[2]
+        if not name or name not in profile.codecs:
             continue
-        enc = ((r.get("encode_ms") or 0.0) + (r.get("decode_ms") or 0.0)) / 1e3
-        rows.append({"label": r["label"], "compression_ratio": ratio, "encode_decode_ms": enc * 1e3,
-                     "crossover_gbps": crossover_gbps(profile, workers, ratio, enc, speedup)})
+        enc = ((r.get("encode_ms") or 0.0) + (r.get("decode_ms") or 0.0))
+        rows.append({"label": r["label"], "compression_ratio": r.get("compression_ratio"), "encode_decode_ms": enc,
+                     "crossover_gbps": crossover_gbps(profile, workers, name, speedup)})
     return pd.DataFrame(rows, columns=["label", "compression_ratio", "encode_decode_ms", "crossover_gbps"])
 
 
@@ -435,7 +435,7 @@ def available_compressors() -> List[str]:
 
 
 def dashboard(runs: pd.DataFrame, metrics: pd.DataFrame, target: float = 0.9,
-              profile: Optional["ModelProfile"] = None) -> Dict[str, go.Figure]:
+              profile: Optional["Profile"] = None) -> Dict[str, go.Figure]:
     """Every panel of the trade-off dashboard, by name, in display order."""
     figs = {
         "accuracy_vs_time": accuracy_vs_time(metrics),
@@ -450,156 +450,47 @@ def dashboard(runs: pd.DataFrame, metrics: pd.DataFrame, target: float = 0.9,
 
 
 # ---------------------------------------------------------------------------------------------
-# What-if: analytic step-time models fed by a measured model profile.
+# What-if: the planner's calibrated model (workbench.perfmodel, through workbench.plan)
 
-@dataclass
-class ModelProfile:
-    """Measured inputs of the analytic models (seconds are per sample, forward + backward)."""
-    model: str
-    batch: int  # per-worker batch b
-    t_conv: float  # conv part, s/sample
-    t_fc: float  # FC part, s/sample
-    params_conv: int
-    params_fc: int
-    boundary: int  # floats per sample crossing the conv/FC boundary
-    bytes_per_value: int = 4
-
-    @property
-    def model_bytes(self) -> float:
-        return float(self.bytes_per_value * (self.params_conv + self.params_fc))
+def whatif_profile(overrides: Sequence[str] = (), ranks: int = 2, root: Optional[str] = None) -> "Profile":
+    """This machine's profile of the model the ``overrides`` name (measured once with ``ranks``
+    processes and every compressor's codec, then read from ``experiments/profiles/``)."""
+    import workbench
+    from workbench.perfmodel.profile import load_or_measure
+    from workbench.plan import _split_overrides
+    shared, _, _ = _split_overrides(list(overrides))
+    cfg = workbench.compose(shared)
+    comps = {c: workbench.compose([f"compressor={c}"]).compressor for c in available_compressors() if c != "none"}
+    return load_or_measure(cfg, ranks, comps, root=root or cfg.output_root, log=lambda s: None)
 
 
-def profile_model(cfg, repeats: int = 10) -> ModelProfile:
-    """Time forward+backward of ``cfg.model``'s conv and FC parts on one batch of
-    ``cfg.data.batch_size`` random inputs shaped like ``cfg.data``, in this process. Quick (a second
-    for the small models on the digits); a measurement of this machine, not a constant."""
-    import torch
-    from workbench import data as data_mod
-    from workbench.models import build_model
-    spec = data_mod.DATASETS[cfg.data.name].spec(cfg.data)
-    model = build_model(cfg, spec)
-    b = int(cfg.data.batch_size)
-    x = torch.randn(b, spec.channels, spec.image_size, spec.image_size)
-    y = torch.randint(0, spec.num_classes, (b,))
-
-    def timed(fn) -> float:
-        fn()  # warm-up (allocations, kernel selection)
-        t0 = time.perf_counter()
-        for _ in range(repeats):
-            fn()
-        return (time.perf_counter() - t0) / repeats
-
-    def conv_step():
-        model.zero_grad(set_to_none=True)
-        a = model.features(x)
-        a.backward(torch.ones_like(a))
-
-    a = model.features(x).detach()
-
-    def fc_step():
-        model.zero_grad(set_to_none=True)
-        a_ = a.clone().requires_grad_(True)
-        torch.nn.functional.cross_entropy(model.classifier(a_), y).backward()
-
-    counts = model.param_counts()
-    return ModelProfile(model=cfg.model.name, batch=b, t_conv=timed(conv_step) / b, t_fc=timed(fc_step) / b,
-                        params_conv=counts["features"], params_fc=counts["classifier"],
-                        boundary=model.boundary_size(spec))
+def whatif_frame(profile: "Profile", gbps: Sequence[float], workers: Sequence[int], overrides: Sequence[str] = (),
+                 speedup: float = 1.0, latency: str = "50us") -> pd.DataFrame:
+    """Predicted samples/s of every planned paradigm (workbench.plan) at each bandwidth (Gbit/s)
+    and process count, one rank per host; Stanza and the n-softsync protocols are shown by their
+    best variant (``stanza (best n_f)``, ``staleness (best n)``)."""
+    from workbench.plan import plan
+    df = plan(list(overrides), bandwidths=[f"{g:.6g}gbit" for g in gbps], workers=[int(w) for w in workers],
+              profile=profile, speedup=speedup, latency=latency)
+    if df.empty:
+        return pd.DataFrame(columns=["workers", "gbps", "paradigm", "samples_per_s"])
+    df = df.assign(gbps=df["bandwidth_bps"] / 1e9, samples_per_s=df["predicted_samples_per_s"])
+    fam = df["paradigm"].str.extract(r"^(stanza|staleness)/(n_f|n)=\d+$")
+    best = fam[0].notna()
+    df.loc[best, "paradigm"] = fam[0][best] + " (best " + fam[1][best] + ")"
+    df = df.sort_values("samples_per_s", ascending=False).drop_duplicates(["workers", "gbps", "paradigm"])
+    return df[["workers", "gbps", "paradigm", "samples_per_s"]].sort_values(["paradigm", "workers", "gbps"]).reset_index(drop=True)
 
 
-FWD_SHARE = 1 / 3  # forward ≈ a third of forward+backward; only the backward overlaps communication
-OVERLAP_INEFFICIENCY = 1.05  # Agarwal et al.'s λ ≈ 1.04–1.1
-
-
-def ring_allreduce_s(nbytes: float, p: int, bw: float, latency: float) -> float:
-    """Ring all-reduce time: 2α(p−1) + 2·b·(p−1)/(p·BW)  (PAPERS.md §4)."""
-    return 0.0 if p <= 1 else 2 * latency * (p - 1) + 2 * nbytes * (p - 1) / (p * bw)
-
-
-def allgather_s(nbytes: float, p: int, bw: float, latency: float) -> float:
-    return 0.0 if p <= 1 else (p - 1) * latency + (p - 1) * nbytes / bw
-
-
-def step_time_sync(prof: ModelProfile, workers: int, bw: float, latency: float = 0.0, speedup: float = 1.0) -> float:
-    """DDP: forward, then backward overlapped with the bucketed ring all-reduce."""
-    comp = prof.batch * (prof.t_conv + prof.t_fc) / speedup
-    comm = ring_allreduce_s(prof.model_bytes, workers, bw, latency)
-    return FWD_SHARE * comp + max(OVERLAP_INEFFICIENCY * (1 - FWD_SHARE) * comp, comm)
-
-
-def step_time_ps(prof: ModelProfile, workers: int, bw: float, latency: float = 0.0, speedup: float = 1.0,
-                 servers: int = 1) -> float:
-    """Synchronous PS, no overlap: each worker pushes and pulls the whole model; each of ``servers``
-    shards receives and sends W/servers of it, so the slower of the two links sets the pace."""
-    comp = prof.batch * (prof.t_conv + prof.t_fc) / speedup
-    worker_link = 2 * prof.model_bytes / bw
-    server_link = 2 * workers * prof.model_bytes / (servers * bw)
-    return comp + max(worker_link, server_link) + 2 * latency
-
-
-def step_time_stanza(prof: ModelProfile, n_conv: int, n_fc: int, bw: float, speedup: float = 1.0) -> float:
-    """PAPERS.md §2 (our reconstruction): T(n_c) for n_c CONV and n_f FC workers."""
-    b, s = prof.batch, prof.bytes_per_value
-    t_c, t_f = prof.t_conv / speedup, prof.t_fc / speedup
-    return (b * t_c + (n_conv / n_fc) * (b * t_f + 2 * s * prof.boundary * b / bw)
-            + 2 * (n_conv - 1) / n_conv * s * prof.params_conv / bw
-            + 2 * (n_fc - 1) / n_fc * s * prof.params_fc / bw)
-
-
-def best_stanza(prof: ModelProfile, nodes: int, bw: float, speedup: float = 1.0) -> Tuple[int, float]:
-    """(n_f, samples/s) of the best allocation of ``nodes`` ranks (n_f in 1..N−1)."""
-    best = (1, 0.0)
-    for n_fc in range(1, nodes):
-        n_conv = nodes - n_fc
-        x = n_conv * prof.batch / step_time_stanza(prof, n_conv, n_fc, bw, speedup)
-        if x > best[1]:
-            best = (n_fc, x)
-    return best
-
-
-def step_time_compressed(prof: ModelProfile, workers: int, bw: float, latency: float = 0.0, speedup: float = 1.0,
-                         ratio: float = 16.0, encode_decode_s: float = 0.0, allreduce: bool = True) -> float:
-    """Agarwal et al.'s model with compression: the compressed payload replaces the model in the
-    overlapped exchange, and encode + decode time is added outside the overlap."""
-    comp = prof.batch * (prof.t_conv + prof.t_fc) / speedup
-    payload = prof.model_bytes / ratio
-    comm = ring_allreduce_s(payload, workers, bw, latency) if allreduce else allgather_s(payload, workers, bw, latency)
-    return FWD_SHARE * comp + max(OVERLAP_INEFFICIENCY * (1 - FWD_SHARE) * comp, comm) + encode_decode_s
-
-
-def predicted_throughput(prof: ModelProfile, workers: int, gbps: float, latency: float = 0.0, speedup: float = 1.0,
-                         servers: int = 1, ratio: float = 16.0, encode_decode_s: float = 0.0) -> Dict[str, float]:
-    """Samples/s of each paradigm on ``workers`` ranks joined by ``gbps`` Gbit/s links. The PS
-    spends ``servers`` of the ranks on servers and Stanza picks its best CONV/FC split, so every
-    paradigm uses the same number of processes."""
-    bw = gbps * 1e9 / 8
-    b = prof.batch
-    out = {"sync (all-reduce)": workers * b / step_time_sync(prof, workers, bw, latency, speedup),
-           f"compressed (×{ratio:g})": workers * b / step_time_compressed(prof, workers, bw, latency, speedup, ratio, encode_decode_s)}
-    w_ps = workers - servers
-    out["ps (sync)"] = w_ps * b / step_time_ps(prof, w_ps, bw, latency, speedup, servers) if w_ps >= 1 else float("nan")
-    out["stanza (best n_f)"] = best_stanza(prof, workers, bw, speedup)[1] if workers >= 2 else float("nan")
-    return out
-
-
-def whatif_frame(prof: ModelProfile, gbps: Sequence[float], workers: Sequence[int], **kw) -> pd.DataFrame:
-    rows = []
-    for w in workers:
-        for g in gbps:
-            for p, x in predicted_throughput(prof, int(w), float(g), **kw).items():
-                rows.append({"workers": int(w), "gbps": float(g), "paradigm": p, "samples_per_s": x})
-    return pd.DataFrame(rows)
-
-
-def whatif_curves(prof: ModelProfile, workers: int = 8, gbps: float = 10.0, speedup: float = 1.0,
-                  ratio: float = 16.0, encode_decode_s: float = 0.0, latency: float = 5e-6, servers: int = 1) -> go.Figure:
-    """Two panels of predicted throughput: against bandwidth (at ``workers``) and against workers
-    (at ``gbps``), one line per paradigm. ``speedup`` scales the measured compute (a faster GPU)."""
-    kw = dict(latency=latency, speedup=speedup, servers=servers, ratio=ratio, encode_decode_s=encode_decode_s)
-    bws = np.logspace(-1, 2.5, 40)
-    ws = list(range(2, max(3, 2 * workers) + 1))
-    a = whatif_frame(prof, bws, [workers], **kw)
-    b = whatif_frame(prof, [gbps], ws, **kw)
+def whatif_curves(profile: "Profile", workers: int = 8, gbps: float = 10.0, speedup: float = 1.0,
+                  overrides: Sequence[str] = (), points: int = 12, max_workers: Optional[int] = None) -> go.Figure:
+    """Two panels of predicted throughput from the calibrated model: against bandwidth (at
+    ``workers`` processes) and against processes (at ``gbps``), one line per paradigm.
+    ``speedup`` divides the profiled compute (a faster GPU)."""
+    bws = list(np.logspace(-1, 2.5, points))
+    ws = sorted(set(range(2, max(3, max_workers or 2 * workers) + 1, max(1, (max_workers or 2 * workers) // 8))) | {workers})
+    a = whatif_frame(profile, bws, [workers], overrides, speedup)
+    b = whatif_frame(profile, [gbps], ws, overrides, speedup)
     fig = make_subplots(rows=1, cols=2, subplot_titles=(f"{workers} ranks, bandwidth varies", f"{gbps:g} Gbit/s, ranks vary"))
     colors = _color_map(a["paradigm"])
     for p in sorted(colors):
@@ -610,33 +501,19 @@ def whatif_curves(prof: ModelProfile, workers: int = 8, gbps: float = 10.0, spee
     fig.update_xaxes(type="log", title_text="bandwidth (Gbit/s)", row=1, col=1)
     fig.update_xaxes(title_text="ranks", row=1, col=2)
     fig.update_yaxes(title_text="predicted samples/s", row=1, col=1)
-    fig.update_layout(title=f"What-if: {prof.model}, batch {prof.batch}/worker, compute ×{speedup:g} "
-                            "(analytic models; stand-in until workbench.perfmodel)", legend_title_text="paradigm")
+    fig.update_layout(title=f"What-if: {profile.model}, batch {profile.batch}/worker, compute ×{speedup * profile.speedup:g} "
+                            "(workbench.perfmodel, profiled on this machine)", legend_title_text="paradigm")
     return fig
 
 
-def crossover_gbps(prof: ModelProfile, workers: int, ratio: float, encode_decode_s: float, speedup: float = 1.0,
-                   latency: float = 5e-6, lo: float = 1e-3, hi: float = 1e4) -> float:
-    """The bandwidth below which compression beats plain all-reduce (bisection on a log scale);
-    NaN if it wins or loses at every bandwidth in [lo, hi] Gbit/s."""
-    def gain(g: float) -> float:
-        bw = g * 1e9 / 8
-        return (step_time_sync(prof, workers, bw, latency, speedup)
-                - step_time_compressed(prof, workers, bw, latency, speedup, ratio, encode_decode_s))
-    if gain(lo) <= 0 or gain(hi) > 0:
-        return float("nan")
-    a, b = math.log(lo), math.log(hi)
-    for _ in range(80):
-        m = (a + b) / 2
-        if gain(math.exp(m)) > 0:
-            a = m
-        else:
-            b = m
-    return math.exp((a + b) / 2)
-
-
-def profile_dict(prof: ModelProfile) -> dict:
-    return asdict(prof)
+def crossover_gbps(profile: "Profile", workers: int, compressor: str, speedup: float = 1.0, latency: str = "50us") -> float:
+    """Gbit/s below which ``compressor`` beats synchronous all-reduce on ``workers`` ranks (one per
+    host), from the calibrated model; inf if at every rate, NaN if at none."""
+    from workbench.network import parse_time
+    from workbench.perfmodel import paradigms
+    prof = profile.with_speedup(speedup * profile.speedup) if speedup != 1.0 else profile
+    x = paradigms.crossover_bps(prof, paradigms.Cluster(workers, 1.25e9, parse_time(latency, "latency")), compressor)
+    return float("nan") if x is None else x / 1e9
 
 
 def use_notebook_renderer() -> None:

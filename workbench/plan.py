@@ -142,7 +142,6 @@ def variants(overrides: Sequence[str], ranks: int) -> Tuple[List[Variant], List[
     """Every registered trainer's planned variants on ``ranks`` processes, composed with the
     shared overrides (and, for the trainer chosen with ``trainer=X``, the user's trainer keys).
     Returns the variants and the one-line reasons of those left out (invalid here)."""
-    import workbench
     from workbench.config import validate
     from workbench.trainers import TRAINERS, paradigm_of
     shared, keys, choice = _split_overrides(overrides)
@@ -154,8 +153,8 @@ def variants(overrides: Sequence[str], ranks: int) -> Tuple[List[Variant], List[
             continue
         cls = TRAINERS[name]
         for vo in cls.plan_variants(ranks):
-            ov = [*vo, *shared, f"cluster.nproc={ranks}", *(keys if choice == name else [])]
-            cfg = workbench.compose(ov)
+            ov = [*vo, *shared, *(keys if choice == name else [])]
+            cfg = _at_ranks(_compose(tuple(ov)), ranks)
             label = paradigm_of(lambda k, c=cfg: OmegaConf.select(c, k, default=None))
             if label in seen:
                 continue
@@ -166,8 +165,27 @@ def variants(overrides: Sequence[str], ranks: int) -> Tuple[List[Variant], List[
                 skipped.append(f"{label}: {e}")
                 continue
             fn, opts = cls.perf_model(cfg)
-            out.append(Variant(name, ov, cfg, label, fn, opts))
+            out.append(Variant(name, [*ov, f"cluster.nproc={ranks}"], cfg, label, fn, opts))
     return out, skipped
+
+
+_COMPOSED: Dict[Tuple[str, ...], DictConfig] = {}
+
+
+def _compose(overrides: Tuple[str, ...]) -> DictConfig:
+    """Hydra's compose, once per set of overrides (a third of a second each): the planner composes
+    every variant for every worker count, which differ only in ``cluster.nproc``."""
+    if overrides not in _COMPOSED:
+        import workbench
+        _COMPOSED[overrides] = workbench.compose(list(overrides))
+    return _COMPOSED[overrides]
+
+
+def _at_ranks(cfg: DictConfig, ranks: int) -> DictConfig:
+    c = cfg.copy()
+    c.cluster.nproc = ranks
+    c.cluster.nnodes = 1
+    return c
 
 
 def _selected(label: str, only: Sequence[str]) -> bool:

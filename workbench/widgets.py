@@ -3,7 +3,7 @@
     from workbench import dashboards as db, widgets as wb
     runs, metrics = db.load("experiments/runs/**")
     wb.RunExplorer(runs, metrics)              # pick a panel, filter paradigms, move the accuracy target
-    wb.WhatIfExplorer(db.profile_model(cfg))   # sliders: bandwidth, ranks, compute speed, compression
+    wb.WhatIfExplorer(db.whatif_profile(overrides))   # sliders: bandwidth, ranks, compute speed, compressor
 
 Each explorer is displayable (the last expression of a cell) and keeps the figure it drew last in
 ``.figure``, so a test (or a notebook cell) can read what is on screen. Figures are redrawn into an
@@ -71,38 +71,41 @@ class RunExplorer(_Explorer):
 
 
 class WhatIfExplorer(_Explorer):
-    """The analytic what-if curves (:func:`workbench.dashboards.whatif_curves`) under sliders, with
-    the compression crossover bandwidth and Stanza's best allocation as text."""
+    """The planner's what-if curves (:func:`workbench.dashboards.whatif_curves`, from the calibrated
+    model in :mod:`workbench.perfmodel`) under sliders, with a compressor's crossover bandwidth and
+    Stanza's best allocation as text."""
 
-    def __init__(self, profile: db.ModelProfile, workers: int = 8, gbps: float = 10.0) -> None:
+    def __init__(self, profile, workers: int = 8, gbps: float = 10.0, overrides=()) -> None:
         super().__init__()
-        self.profile = profile
+        self.profile, self.overrides = profile, list(overrides)
         cu = dict(continuous_update=False, style={"description_width": "initial"})
         self.gbps = W.FloatLogSlider(value=gbps, base=10, min=-1, max=2.5, step=0.05, description="bandwidth (Gbit/s)", **cu)
         self.workers = W.IntSlider(value=workers, min=2, max=64, description="ranks", **cu)
         self.speedup = W.FloatLogSlider(value=1.0, base=2, min=-2, max=6, step=0.25, description="compute speed ×", **cu)
-        self.ratio = W.FloatLogSlider(value=16.0, base=2, min=0, max=10, step=0.5, description="compression ratio", **cu)
-        self.encdec_ms = W.FloatSlider(value=0.0, min=0.0, max=100.0, step=0.5, description="encode+decode (ms)", **cu)
-        self.servers = W.IntSlider(value=1, min=1, max=16, description="PS servers", **cu)
+        names = sorted(profile.codecs) or ["(none profiled)"]
+        self.compressor = W.Dropdown(options=names, value="powersgd" if "powersgd" in names else names[0],
+                                     description="compressor", style=cu["style"])
         self.note = W.HTML()
-        controls = (self.gbps, self.workers, self.speedup, self.ratio, self.encdec_ms, self.servers)
+        controls = (self.gbps, self.workers, self.speedup, self.compressor)
         for w in controls:
             w.observe(lambda _: self.redraw(), names="value")
         self.widget = W.VBox([W.HBox(list(controls[:3])), W.HBox(list(controls[3:])), self.note, self.out])
         self.redraw()
 
     def redraw(self) -> None:
-        p, w = self.profile, self.workers.value
-        enc = self.encdec_ms.value / 1e3
-        servers = min(self.servers.value, w - 1)
-        self._show(db.whatif_curves(p, workers=w, gbps=self.gbps.value, speedup=self.speedup.value,
-                                    ratio=self.ratio.value, encode_decode_s=enc, servers=servers))
-        cross = db.crossover_gbps(p, w, self.ratio.value, enc, self.speedup.value)
-        n_f, x = db.best_stanza(p, w, self.gbps.value * 1e9 / 8, self.speedup.value)
+        from workbench.perfmodel import paradigms
+        p, w, s = self.profile, self.workers.value, self.speedup.value
+        self._show(db.whatif_curves(p, workers=w, gbps=self.gbps.value, speedup=s, overrides=self.overrides))
+        c = self.compressor.value
+        cross = db.crossover_gbps(p, w, c, s) if c in p.codecs else float("nan")
+        prof = p.with_speedup(s * p.speedup)
+        cl = paradigms.Cluster(w, self.gbps.value * 1e9 / 8, 50e-6)
+        best = max(range(1, w), key=lambda n_f: paradigms.stanza(prof, cl, n_f).samples_per_s)
+        x = paradigms.stanza(prof, cl, best).samples_per_s
         self.crossover = cross
-        self.note.value = (f"Compression (×{self.ratio.value:g}, {self.encdec_ms.value:g} ms) beats all-reduce on {w} ranks "
-                           + (f"below <b>{cross:.3g} Gbit/s</b>" if cross == cross else "at <b>no</b> bandwidth in 0.001–10⁴ Gbit/s")
-                           + f"; Stanza's best split at {self.gbps.value:.3g} Gbit/s: <b>{n_f} FC</b> + {w - n_f} CONV ranks "
+        self.note.value = (f"{c} beats all-reduce on {w} ranks "
+                           + (f"below <b>{cross:.3g} Gbit/s</b>" if cross == cross else "at <b>no</b> bandwidth")
+                           + f"; Stanza's best split at {self.gbps.value:.3g} Gbit/s: <b>{best} FC</b> + {w - best} CONV ranks "
                            f"({x:,.0f} samples/s).")
 
 
