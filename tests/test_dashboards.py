@@ -160,12 +160,12 @@ def test_the_stand_in_models_are_gone():
 
 def test_crossover_is_where_compression_stops_paying():
     from workbench.perfmodel import paradigms as P
-    g = db.crossover_gbps(PROF, 8, "small")
+    g = db.crossover_gbps(PROF, 8, "powersgd")
     assert g == g and g > 0
 
     def gain(x):
         cl = P.Cluster(8, x * 1e9 / 8, 50e-6)
-        return P.sync(PROF, cl).step_s - P.compressed(PROF, cl, "small").step_s
+        return P.sync(PROF, cl).step_s - P.compressed(PROF, cl, "powersgd").step_s
     assert gain(g * 0.9) > 0 > gain(g * 1.1)
 
 
@@ -215,8 +215,8 @@ def test_whatif_explorer_follows_its_sliders():
     assert "4 ranks" in ex.figure.layout.annotations[0].text
     ex.workers.value = 6
     assert "6 ranks" in ex.figure.layout.annotations[0].text
-    ex.compressor.value = "gather"
-    assert ex.crossover == pytest.approx(db.crossover_gbps(PROF, 6, "gather"), nan_ok=True)
+    ex.compressor.value = "topk"
+    assert ex.crossover == pytest.approx(db.crossover_gbps(PROF, 6, "topk"), nan_ok=True)
     assert "Gbit/s" in ex.note.value
 
 

@@ -1,0 +1,248 @@
+"""The one performance model (workbench/perfmodel: collectives, paradigms, profile) and the planner
+(workbench/plan.py): collective costs against the meter's byte formulas, every step-time function
+on hand-computed cases, the ranking flip between a compute-bound and a link-bound network, bad
+input (one line, exit 2, nothing profiled), and ``--verify --json`` on the small CNN with 3 ranks
+(predicted bytes equal measured bytes exactly).
+
+    PYTHONPATH=. .venv/bin/python -m pytest -q tests/test_perfmodel_plan.py -m "not slow"
+"""
+import json
+import math
+
+import pytest
+
+from perfmodel_fixtures import synthetic_profile
+from workbench import meter
+from workbench.perfmodel import collectives as C
+from workbench.perfmodel import paradigms as P
+from workbench.perfmodel import stanza as st
+from workbench.perfmodel.profile import Profile
+
+PROF = synthetic_profile()
+M = PROF.model_bytes  # 40 000 bytes
+U = 1e-8 * 10_000  # optimizer over every parameter
+GBIT = 1e9 / 8
+
+
+# -- collectives ---------------------------------------------------------------------------------
+
+def test_collective_times_by_hand():
+    assert C.allreduce_time(1e8, 4, 1e9, 1e-3) == pytest.approx(6e-3 + 0.15)
+    assert C.allgather_time(1e6, 4, 1e9, 1e-3) == pytest.approx(3e-3 + 3e-3)
+    assert C.allreduce_time(1e8, 1, 1e9, 1e-3) == C.allgather_time(1e8, 1, 1e9) == 0.0
+    assert C.p2p_time(1e6, 1e9, 1e-3) == pytest.approx(2e-3)
+    # incast: 6 workers on 2 servers, each server link carries 3 workers' shards
+    assert C.ps_transfer_time(1e6, 6, 2, 1e9, 1e-3) == pytest.approx(1e-3 + 3e-3)
+    assert C.ps_transfer_time(1e6, 1, 2, 1e9) == pytest.approx(1e-3)  # the worker's own link
+    assert C.server_service_time(1e6, 2, 1e9) == pytest.approx(1e-3)
+    with pytest.raises(ValueError):
+        C.ps_transfer_time(1e6, 0, 1, 1e9)
+
+
+@pytest.mark.parametrize("n", [4, 1000, 605224, 4 * 12345 + 4])
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 7])
+def test_collective_bytes_are_the_meters(n, p):
+    assert C.allreduce_bytes(n, p) == (meter.allreduce_bytes(n, p) if p > 1 else 0)
+    # Meter.all_gather_varlen: (p-1) * own + 8 (p-1) sent (the int64 lengths exchanged first)
+    assert C.allgather_varlen_bytes(n, p) == (p - 1) * n + 8 * (p - 1)
+    assert C.allgather_bytes(n, p) == (p - 1) * n
+
+
+def test_the_ring_formula_is_written_once():
+    """perfmodel.stanza and perfmodel.compression price the ring through collectives."""
+    from workbench.perfmodel import compression
+    assert compression.allreduce_time is C.allreduce_time and compression.allgather_time is C.allgather_time
+    x = st.StanzaInputs(t_c=1e-3, t_f=1e-4, a=50, p_c=1000, p_f=9000, b=10, beta=1e6, alpha=1e-4, beta_allreduce=5e5)
+    assert st.allreduce_time(4000, 3, x) == C.allreduce_time(4000, 3, 5e5, 1e-4)
+    assert st.ring_allreduce_bytes(4001, 3) == meter.allreduce_bytes(4001, 3)
+
+
+# -- step-time functions, by hand -------------------------------------------------------------------
+
+def net(ranks, bw=GBIT, **kw):
+    return P.Cluster(ranks, bw, 5e-5, **kw)
+
+
+def test_sync_hides_the_allreduce_behind_backward_on_a_network():
+    comp = 10 * (1e-3 + 1e-4)  # one rank per host: concurrency 1
+    ar = C.allreduce_time(M, 4, GBIT, 5e-5)
+    assert ar < 0.75 * comp
+    p = P.sync(PROF, net(4))
+    assert p.step_s == pytest.approx(comp + U)
+    assert p.samples_per_s == pytest.approx(40 / p.step_s) and p.bottleneck == "compute"
+    slow = P.sync(PROF, net(4, bw=1e5))  # link-bound: the forward, then the whole exchange
+    assert slow.step_s == pytest.approx(0.25 * comp + C.allreduce_time(M, 4, 1e5, 5e-5) + U)
+    assert slow.bottleneck == "link"
+    assert p.bytes == {"allreduce": {"sent": meter.allreduce_bytes(M, 4), "recv": meter.allreduce_bytes(M, 4)}}
+
+
+def test_sync_on_a_shared_host_pays_concurrency_and_does_not_overlap():
+    cl = P.Cluster(4, 1e9, 1e-5, allreduce_bandwidth=5e8, shared_host=True)
+    comp = 10 * (4e-3 + 4e-4)  # four ranks computing at once on one host
+    assert P.sync(PROF, cl).step_s == pytest.approx(comp + C.allreduce_time(M, 4, 5e8, 1e-5) + U)
+    # beyond the profiled ranks the host time-shares
+    assert PROF.t_c(8) == pytest.approx(8e-3)
+
+
+def test_compressed_adds_its_codec_and_sends_its_payload():
+    p = P.compressed(PROF, net(4, bw=1e5), "powersgd")
+    comp = 10 * 1.1e-3
+    payload = M // 32
+    assert p.step_s == pytest.approx(0.25 * comp + max(0.75 * comp, C.allreduce_time(payload, 4, 1e5, 5e-5)) + 1e-3 + U)
+    assert p.bytes == {"compressed": {"sent": meter.allreduce_bytes(payload, 4), "recv": meter.allreduce_bytes(payload, 4)}}
+    g = P.compressed(PROF, net(4), "topk")
+    assert g.bytes["compressed"]["sent"] == 3 * (payload + 8)
+    assert g.crossover_bps is not None and 0 < g.crossover_bps < math.inf
+
+
+def test_ps_sync_waits_for_the_slowest_worker_and_the_servers_links():
+    comp = 10 * 1.1e-3
+    p = P.ps_sync(PROF, net(4), servers=1)  # 3 workers + 1 server
+    assert p.step_s == pytest.approx(comp + 2 * (5e-5 + 3 * M / GBIT) + U)
+    assert p.samples_per_s == pytest.approx(30 / p.step_s)
+    assert p.bytes == {"grad_push": {"sent": M, "recv": 0}, "param_pull": {"sent": 0, "recv": M},
+                       "ps_control": {"sent": 32, "recv": 32}}
+    straggler = P.ps_sync(PROF, net(4, stragglers=((1, 2.0, 0.01),)))
+    assert straggler.step_s == pytest.approx(p.step_s + comp + 0.01)
+    two = P.ps_sync(PROF, net(4), servers=2)
+    assert two.bytes["ps_control"] == {"sent": 64, "recv": 64}
+    with pytest.raises(ValueError):
+        P.ps_sync(PROF, net(1))
+
+
+def test_ps_async_is_bounded_by_the_workers_or_the_servers():
+    comp = 10 * 1.1e-3
+    cycle = comp + 2 * (5e-5 + M / GBIT) + U
+    p = P.ps_async(PROF, net(4))
+    service = 2 * M / GBIT + U
+    assert 3 / cycle < 1 / service  # the server keeps up: each worker at its own pace
+    assert p.step_s == pytest.approx(cycle) and p.samples_per_s == pytest.approx(30 / cycle)
+    # a slow server link: the server saturates and sets the throughput
+    slow = P.ps_async(PROF, net(4, bw=1e6))
+    assert slow.samples_per_s == pytest.approx(10 / (2 * M / 1e6 + U)) and slow.bottleneck == "server"
+    # a straggler slows only itself: throughput is the sum of the workers' rates
+    s = P.ps_async(PROF, net(4, stragglers=((0, 3.0, 0.0),)))
+    assert s.samples_per_s == pytest.approx(10 * (2 / cycle + 1 / (cycle + 2 * comp)))
+
+
+def test_softsync_pays_the_update_once_per_c_gradients():
+    lam = 3
+    one = P.staleness(PROF, net(lam + 1), n=lam)  # n = lambda: c = 1, asynchronous
+    assert one.step_s == pytest.approx(P.ps_async(PROF, net(lam + 1)).step_s)
+    n1 = P.staleness(PROF, net(lam + 1), n=1)  # c = 3: a third of the update per gradient
+    comp = 10 * 1.1e-3
+    assert n1.step_s == pytest.approx(comp + 2 * (5e-5 + M / GBIT) + U / 3)
+    assert P.staleness(PROF, net(lam + 1), hardsync=True).step_s == P.ps_sync(PROF, net(lam + 1)).step_s
+    with pytest.raises(ValueError):
+        P.staleness(PROF, net(lam + 1), n=lam + 1)
+
+
+def test_bmuf_and_easgd_amortise_their_exchange():
+    comp = 10 * 1.1e-3
+    b = P.bmuf(PROF, net(4), block=8)
+    assert b.step_s == pytest.approx(comp + U + (C.allreduce_time(M, 4, GBIT, 5e-5) + U) / 8)
+    assert b.bytes["allreduce"]["sent"] == meter.allreduce_bytes(M, 4) / 8
+    e = P.easgd(PROF, net(4), period=4, sync=True)
+    assert e.step_s == pytest.approx(comp + U + (2 * C.ps_transfer_time(M, 3, 1, GBIT, 5e-5) + U) / 4)
+    assert e.bytes["param_push"]["sent"] == M / 4 and e.bytes["ps_control"]["recv"] == 8
+    a = P.easgd(PROF, net(4), period=4)
+    assert a.step_s == pytest.approx(comp + U + (2 * (5e-5 + M / GBIT) + U) / 4)
+
+
+def test_stanza_is_perfmodel_stanza_on_the_profile():
+    cl = net(4)
+    x = P.stanza_inputs(PROF, cl)
+    for n_f in (1, 2, 3):
+        p = P.stanza(PROF, cl, n_f)
+        assert p.step_s == pytest.approx(st.step_time(x, 4 - n_f, n_f))
+        assert p.samples_per_s == pytest.approx(st.throughput(x, 4 - n_f, n_f))
+    assert P.stanza(PROF, cl, 1).bytes == st.stanza_conv_worker_bytes(1000, 50, 10, 3)
+
+
+def test_speedup_divides_compute_only():
+    fast = PROF.with_speedup(10.0)
+    assert fast.compute_s(1) == pytest.approx(PROF.compute_s(1) / 10)
+    assert P.sync(fast, net(4, bw=1e5)).bytes == P.sync(PROF, net(4, bw=1e5)).bytes
+
+
+def test_profile_round_trips_and_knows_its_model(tmp_path):
+    path = PROF.save(tmp_path / "p.json")
+    back = Profile.load(path)
+    assert back == PROF
+    assert back.matches({"model": "m", "input_shape": [1, 8, 8], "batch": 10}) is None
+    assert "model=m" in back.matches({"model": "vgg16", "input_shape": (1, 8, 8), "batch": 10})
+
+
+# -- the planner ----------------------------------------------------------------------------------
+
+def test_ranking_flips_between_a_link_bound_and_a_compute_bound_network():
+    from workbench.plan import plan
+    df = plan([], bandwidths=["10mbit", "100gbit"], workers=[4], profile=PROF, only=["sync", "compressed/powersgd"])
+    first = df[df["rank"] == 1].set_index("bandwidth")["paradigm"]
+    assert first["10mbit"] == "compressed/powersgd"  # link-bound: 32x fewer bytes win
+    assert first["100gbit"] == "sync"  # compute-bound: the codec's millisecond loses
+    cross = df[df["paradigm"] == "compressed/powersgd"]["crossover_bps"].iloc[0]
+    assert 1e7 < cross < 1e11
+    assert set(df.columns) >= {"paradigm", "workers", "bandwidth_bps", "predicted_step_s", "predicted_samples_per_s",
+                               "predicted_bytes_per_step", "bottleneck"}
+
+
+def test_every_registered_paradigm_is_planned_with_the_dashboards_labels():
+    from workbench import dashboards as db
+    from workbench.plan import plan
+    df = plan([], bandwidths=["1gbit"], workers=[3], profile=synthetic_profile(
+        codecs={c: synthetic_profile().codecs["powersgd"] for c in db.available_compressors() if c != "none"}))
+    labels = set(df["paradigm"])
+    assert {"sync", "ps/sync", "ps/async", "staleness/n=1", "staleness/n=2", "stanza/n_f=1", "stanza/n_f=2",
+            "compressed/powersgd", "compressed/topk", "easgd/async", "bmuf", "local_sgd"} <= labels
+    # the same label the dashboards give a run of that config
+    assert db.paradigm_of({"cfg.trainer.name": "staleness", "cfg.trainer.protocol": "softsync", "cfg.trainer.n": 2}) == "staleness/n=2"
+    assert db.paradigm_of({"cfg.trainer.name": "stanza", "cfg.trainer.fc_workers": "1"}) == "stanza/n_f=1"
+    assert db.paradigm_of({"cfg.trainer.name": "ps", "cfg.trainer.mode": "async", "cfg.compressor.name": "none"}) == "ps/async"
+
+
+@pytest.mark.parametrize("args,what", [
+    (["--bandwidth", "fast"], "--bandwidth"),
+    (["--workers", "0"], "--workers"),
+    (["--workers", "two"], "--workers"),
+    (["trainer=nope"], "nope"),
+    (["compressor=nope"], "nope"),
+    (["--only", "nope"], "nope"),
+    (["--speedup", "0"], "--speedup"),
+])
+def test_bad_input_is_one_line_and_exit_2_before_profiling(args, what, tmp_path, capsys):
+    from workbench.plan import main
+    assert main([f"output_root={tmp_path}", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and what in err, err
+    assert not (tmp_path / "profiles").exists()
+
+
+def test_a_profile_of_another_model_is_refused(tmp_path, capsys):
+    from workbench.plan import main
+    path = PROF.save(tmp_path / "other.json")
+    assert main([f"output_root={tmp_path}", "model=small_cnn", "--profile", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--profile" in err and "model=m" in err
+
+
+@pytest.mark.slow
+def test_verify_json_small_cnn_three_ranks_bytes_exact(tmp_path, capsys):
+    """Every paradigm briefly on loopback: predicted bytes equal measured bytes exactly; step times
+    are reported with their error (never asserted: this machine is shared)."""
+    from workbench.plan import main
+    out = tmp_path / "v.json"
+    only = "sync,ps,staleness/n=2,stanza,compressed/topk,compressed/powersgd,compressed/fp16,easgd,bmuf,local_sgd"
+    assert main(["cluster.nproc=3", f"output_root={tmp_path}", "cluster.timeout_s=120", "--verify", "--only", only,
+                 "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["paradigm"] for r in rows} >= {"sync", "ps/sync", "ps/async", "staleness/n=2", "stanza/n_f=1",
+                                             "stanza/n_f=2", "compressed/topk", "compressed/powersgd", "easgd/async",
+                                             "bmuf", "local_sgd"}
+    for r in rows:
+        for k in ("paradigm", "workers", "bandwidth_bps", "predicted_step_s", "predicted_samples_per_s",
+                  "predicted_bytes_per_step", "measured_step_s", "measured_bytes_per_step", "error"):
+            assert k in r, (r["paradigm"], k)
+        assert r["measured_bytes_by_category"] == pytest.approx(
+            {k: v for k, v in r["predicted_bytes_by_category"].items() if v}, rel=0, abs=1e-9), r["paradigm"]
+        assert math.isfinite(r["error"]) and r["measured_step_s"] > 0
