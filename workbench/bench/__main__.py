@@ -6,6 +6,7 @@
     python -m workbench.bench stanza --write            # Stanza allocation sweep: predicted vs measured throughput
     python -m workbench.bench compression --write      # every compressor vs compressor=none, and the utility model
     python -m workbench.bench bandwidth --write         # emulated bandwidth sweep (needs root): where each paradigm wins
+    python -m workbench.bench planner --write           # workbench.plan --verify: predicted vs measured, every paradigm
     python -m workbench.bench <suite> --help            # a suite's own options; --tiny: the CI smoke version
 
 Each suite prints its table(s), writes CSV + ``report.md`` + a plotly ``report.html`` under
@@ -25,6 +26,7 @@ SUITES = {
     "stanza": "workbench.bench.stanza",
     "compression": "workbench.bench.compression",
     "bandwidth": "workbench.bench.bandwidth",
+    "planner": "workbench.bench.planner",
     "calibrate": "workbench.network.calibrate",
 }
 

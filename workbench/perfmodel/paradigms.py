@@ -143,7 +143,7 @@ def _dp(prof: Profile, cl: Cluster, codec: Optional[dict]) -> Prediction:
     else:
         step = fwd + max(bwd, sum(comm)) + sum(codec_s) + upd
         exposed = max(0.0, sum(comm) - bwd)
-    terms = {"compute": comp if cl.shared_host else fwd + min(bwd, max(bwd, 0.0)), "update": upd,
+    terms = {"compute": comp, "update": upd,
              "communication": sum(comm), "exposed_communication": exposed, "codec": sum(codec_s)}
     kinds = {"compute": "compute", "update": "compute", "exposed_communication": "link", "codec": "host codec"}
     return Prediction(step, p * prof.batch / step, by, _dominant(terms, kinds), terms)

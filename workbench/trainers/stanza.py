@@ -41,7 +41,6 @@ For evaluation and ``model.pt`` the FC part is broadcast once from the first FC 
 """
 from __future__ import annotations
 
-import copy
 import statistics
 import time
 from dataclasses import dataclass
