@@ -31,10 +31,10 @@ def test_collective_times_by_hand():
     assert C.allgather_time(1e6, 4, 1e9, 1e-3) == pytest.approx(3e-3 + 3e-3)
     assert C.allreduce_time(1e8, 1, 1e9, 1e-3) == C.allgather_time(1e8, 1, 1e9) == 0.0
     assert C.p2p_time(1e6, 1e9, 1e-3) == pytest.approx(2e-3)
-    # incast: 6 workers on 2 servers, each server link carries 3 workers' shards
-    assert C.ps_transfer_time(1e6, 6, 2, 1e9, 1e-3) == pytest.approx(1e-3 + 3e-3)
-    assert C.ps_transfer_time(1e6, 1, 2, 1e9) == pytest.approx(1e-3)  # the worker's own link
-    assert C.server_service_time(1e6, 2, 1e9) == pytest.approx(1e-3)
+    # incast: 6 workers on 2 servers; a server takes each worker's header and half-payload in turn
+    assert C.ps_transfer_time(1e6, 6, 2, 1e9, 1e-3) == pytest.approx(6 * (2e-3 + 0.5e-3))
+    assert C.ps_transfer_time(1e6, 1, 2, 1e9, 1e-3) == pytest.approx(2e-3 + 1e-3)  # the worker's own link
+    assert C.server_service_time(1e6, 2, 1e9, 1e-3) == pytest.approx(2 * (2e-3 + 0.5e-3))
     with pytest.raises(ValueError):
         C.ps_transfer_time(1e6, 0, 1, 1e9)
 
@@ -98,7 +98,7 @@ def test_compressed_adds_its_codec_and_sends_its_payload():
 def test_ps_sync_waits_for_the_slowest_worker_and_the_servers_links():
     comp = 10 * 1.1e-3
     p = P.ps_sync(PROF, net(4), servers=1)  # 3 workers + 1 server
-    assert p.step_s == pytest.approx(comp + 2 * (5e-5 + 3 * M / GBIT) + U)
+    assert p.step_s == pytest.approx(comp + 2 * 3 * (2 * 5e-5 + M / GBIT) + U)
     assert p.samples_per_s == pytest.approx(30 / p.step_s)
     assert p.bytes == {"grad_push": {"sent": M, "recv": 0}, "param_pull": {"sent": 0, "recv": M},
                        "ps_control": {"sent": 32, "recv": 32}}
@@ -112,14 +112,14 @@ def test_ps_sync_waits_for_the_slowest_worker_and_the_servers_links():
 
 def test_ps_async_is_bounded_by_the_workers_or_the_servers():
     comp = 10 * 1.1e-3
-    cycle = comp + 2 * (5e-5 + M / GBIT) + U
+    cycle = comp + 2 * (2 * 5e-5 + M / GBIT) + U
     p = P.ps_async(PROF, net(4))
-    service = 2 * M / GBIT + U
+    service = 2 * (2 * 5e-5 + M / GBIT) + U
     assert 3 / cycle < 1 / service  # the server keeps up: each worker at its own pace
     assert p.step_s == pytest.approx(cycle) and p.samples_per_s == pytest.approx(30 / cycle)
     # a slow server link: the server saturates and sets the throughput
     slow = P.ps_async(PROF, net(4, bw=1e6))
-    assert slow.samples_per_s == pytest.approx(10 / (2 * M / 1e6 + U)) and slow.bottleneck == "server"
+    assert slow.samples_per_s == pytest.approx(10 / (2 * (2 * 5e-5 + M / 1e6) + U)) and slow.bottleneck == "server"
     # a straggler slows only itself: throughput is the sum of the workers' rates
     s = P.ps_async(PROF, net(4, stragglers=((0, 3.0, 0.0),)))
     assert s.samples_per_s == pytest.approx(10 * (2 / cycle + 1 / (cycle + 2 * comp)))
@@ -131,7 +131,7 @@ def test_softsync_pays_the_update_once_per_c_gradients():
     assert one.step_s == pytest.approx(P.ps_async(PROF, net(lam + 1)).step_s)
     n1 = P.staleness(PROF, net(lam + 1), n=1)  # c = 3: a third of the update per gradient
     comp = 10 * 1.1e-3
-    assert n1.step_s == pytest.approx(comp + 2 * (5e-5 + M / GBIT) + U / 3)
+    assert n1.step_s == pytest.approx(comp + 2 * (2 * 5e-5 + M / GBIT) + U / 3)
     assert P.staleness(PROF, net(lam + 1), hardsync=True).step_s == P.ps_sync(PROF, net(lam + 1)).step_s
     with pytest.raises(ValueError):
         P.staleness(PROF, net(lam + 1), n=lam + 1)
@@ -146,7 +146,7 @@ def test_bmuf_and_easgd_amortise_their_exchange():
     assert e.step_s == pytest.approx(comp + U + (2 * C.ps_transfer_time(M, 3, 1, GBIT, 5e-5) + U) / 4)
     assert e.bytes["param_push"]["sent"] == M / 4 and e.bytes["ps_control"]["recv"] == 8
     a = P.easgd(PROF, net(4), period=4)
-    assert a.step_s == pytest.approx(comp + U + (2 * (5e-5 + M / GBIT) + U) / 4)
+    assert a.step_s == pytest.approx(comp + U + (2 * (2 * 5e-5 + M / GBIT) + U) / 4)
 
 
 def test_stanza_is_perfmodel_stanza_on_the_profile():

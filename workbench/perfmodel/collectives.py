@@ -7,8 +7,9 @@ Time, with α the latency per message (s) and β the bandwidth of one node's lin
 ring all-reduce of n bytes, p      2(p−1)·α + 2(p−1)/p · n/β         (reduce-scatter + all-gather)
 all-gather of n bytes each, p      (p−1)·α·m + (p−1) · n/β           (m collectives per bucket)
 point-to-point of n bytes          α + n/β
-PS push (or pull), W workers,      α + max(n/β, W·n/(S·β))           (incast: a server's link
-S servers, n bytes per worker                                         carries W/S workers' shards)
+PS push (or pull), W workers,      max(2α + n/β, W·(2α + n/(S·β)))  (header + payload per server;
+S servers, n bytes per worker                                         a server takes the W workers'
+                                                                      messages one after another)
 =================================  ===========================================================
 
 Bytes per rank (what :class:`workbench.meter.Meter` records, floored to whole bytes as it does):
@@ -41,19 +42,28 @@ def p2p_time(nbytes: float, bandwidth: float, latency: float = 0.0) -> float:
     return latency + nbytes / bandwidth
 
 
+PS_MESSAGES = 2  # a push (and a reply) is a header and a payload per server (workbench/ps/protocol.py)
+
+
 def ps_transfer_time(nbytes: float, workers: int, servers: int, bandwidth: float, latency: float = 0.0) -> float:
     """A worker's push (or pull) of ``nbytes`` spread over ``servers`` shards while all ``workers``
-    do the same: the worker's own link carries n bytes, each server's link W·n/S (incast); the
-    slower of the two sets the time."""
+    do the same. The worker sends a header and its shard to every server at once (its link carries
+    n bytes); a server receives header then payload from one worker at a time (its loop is serial,
+    ``workbench/ps/server.py``), so it spends W·(2α + n/(Sβ)) on a round of all workers (incast:
+    its link carries W/S workers' shards, and it pays every message's latency in turn). The slower
+    side sets the time."""
     if workers < 1 or servers < 1:
         raise ValueError(f"a parameter server needs workers >= 1 and servers >= 1, got {workers}, {servers}")
-    return latency + max(nbytes, workers * nbytes / servers) / bandwidth
+    worker_side = PS_MESSAGES * latency + nbytes / bandwidth
+    server_side = workers * (PS_MESSAGES * latency + nbytes / (servers * bandwidth))
+    return max(worker_side, server_side)
 
 
-def server_service_time(nbytes: float, servers: int, bandwidth: float) -> float:
-    """A server's link time for one worker's exchange (its shard of a push and a pull):
-    2·n/(S·β). With asynchronous workers the servers queue exchanges; this is the service time."""
-    return 2 * nbytes / (servers * bandwidth)
+def server_service_time(nbytes: float, servers: int, bandwidth: float, latency: float = 0.0) -> float:
+    """A server's time for one worker's exchange: its shard of a push in and of a pull out, each a
+    header and a payload, 2·(2α + n/(S·β)). With asynchronous workers the servers serve exchanges
+    one at a time; this is the service time of that queue."""
+    return 2 * (PS_MESSAGES * latency + nbytes / (servers * bandwidth))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,8 +16,9 @@ AR(n, p) / AG(n, p) / PS(n, W, S) the collective times of :mod:`workbench.perfmo
 - ``ps/sync`` (hardsync), W = ranks − S workers: T = C_W + 2·PS(M, W, S) + U/S (the slowest worker
   sets the pace: with stragglers, the largest C).
 - ``ps/async`` and ``staleness`` (n-softsync, c = ⌊W/n⌋ gradients per update): a worker never waits
-  for the others; the servers serve one exchange in s = 2M/(S·β) + U/(S·c). Throughput in gradients
-  per second is Σ_i 1/T_i, T_i = C_W·f_i + d_i + 2(α + M/β) + U/(S·c), capped by the servers at 1/s.
+  for the others; a server serves one exchange at a time in s = 2(2α + M/(S·β)) + U/(S·c) (a header
+  and a payload each way). Throughput in gradients per second is Σ_i 1/T_i,
+  T_i = C_W·f_i + d_i + 2·PS(M, 1, S) + U/(S·c), capped by the servers at 1/s.
 - ``stanza/n_f=k``: :func:`workbench.perfmodel.stanza.step_time` on the profile's inputs.
 - ``easgd``: local steps (C_W + U), and every τ steps an exchange of M with the servers (queued at
   the servers like ``ps/async``); ``mode=sync`` waits for the slowest worker.
@@ -220,9 +221,10 @@ def _async(prof: Profile, cl: Cluster, workers: int, servers: int, per_exchange_
     servers serve exchanges one at a time (link 2M/(Sβ) plus their update)."""
     comps = _worker_compute(prof, cl, workers)
     upd = prof.update_s() if local_update else 0.0
-    exch = 2 * C.p2p_time(prof.model_bytes, cl.bandwidth, cl.latency) + per_update
+    # a worker's exchange when the servers are free: header + payload out, then back, and the update
+    exch = 2 * C.ps_transfer_time(prof.model_bytes, 1, servers, cl.bandwidth, cl.latency) + per_update
     cycles = [per_exchange_steps * (c + upd) + exch for c in comps]  # seconds per exchange, per worker
-    service = C.server_service_time(prof.model_bytes, servers, cl.bandwidth) + per_update
+    service = C.server_service_time(prof.model_bytes, servers, cl.bandwidth, cl.latency) + per_update
     demand = sum(1 / t for t in cycles)  # exchanges per second the workers would make
     rate = min(demand, 1 / service) if service > 0 else demand
     scale = demand / rate  # > 1: the servers are saturated and every worker waits for them

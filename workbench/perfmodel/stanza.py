@@ -168,8 +168,8 @@ def ps_step_time(x: StanzaInputs, workers: int, servers: int = 1) -> float:
     if workers < 1 or servers < 1:
         raise ValueError(f"a parameter server needs workers >= 1 and servers >= 1, got {workers}, {servers}")
     p = x.p_c + x.p_f
-    link = 2 * x.s * p / x.beta * max(1.0, workers / servers)
-    return x.b * (conv_time(x, workers) + fc_time(x, workers)) + 2 * x.alpha + link + x.u * p / servers
+    link = 2 * C.ps_transfer_time(x.s * p, workers, servers, x.beta, x.alpha)  # push, then pull
+    return x.b * (conv_time(x, workers) + fc_time(x, workers)) + link + x.u * p / servers
 
 
 def ps_throughput(x: StanzaInputs, workers: int, servers: int = 1) -> float:
