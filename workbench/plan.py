@@ -147,6 +147,12 @@ def variants(overrides: Sequence[str], ranks: int) -> Tuple[List[Variant], List[
     shared, keys, choice = _split_overrides(overrides)
     if choice is not None and choice not in TRAINERS:
         raise ConfigError(f"unknown trainer {choice!r}; choose from {', '.join(TRAINERS)}")
+    from workbench.config import conf_dir
+    names = sorted(p.stem for p in (conf_dir() / "compressor").glob("*.yaml"))
+    for o in keys:
+        k, _, v = o.partition("=")
+        if k == "compressor" and v not in names:
+            raise ConfigError(f"unknown compressor {v!r}; choose from {', '.join(names)}")
     out, skipped, seen = [], [], set()
     for name in TRAINERS:
         if choice is not None and name != choice:
