@@ -246,3 +246,18 @@ def test_verify_json_small_cnn_three_ranks_bytes_exact(tmp_path, capsys):
         assert r["measured_bytes_by_category"] == pytest.approx(
             {k: v for k, v in r["predicted_bytes_by_category"].items() if v}, rel=0, abs=1e-9), r["paradigm"]
         assert math.isfinite(r["error"]) and r["measured_step_s"] > 0
+
+
+def test_perfmodel_imports_run_down():
+    """perfmodel sits under the running layer: it never imports trainers, the launcher, the parameter
+    server or the compressors (they import it); a trainer names its model, the planner asks."""
+    import ast
+    from pathlib import Path
+    import workbench.perfmodel as pkg
+    for f in Path(pkg.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for m in mods:
+                assert not m.startswith(("workbench.trainers", "workbench.launcher", "workbench.ps",
+                                         "workbench.compress", "workbench.plan", "workbench.dashboards")), (f.name, m)

@@ -294,7 +294,9 @@ def _plan_rows(overrides, bandwidths, workers, profile, speedup, latency, only, 
         loop = [w for w in workers if LOOPBACK in bandwidths]
         ranks = max([2, *loop])
         comps = {v.cfg.compressor.name: v.cfg.compressor for w in vs for v in vs[w] if v.trainer == "compressed"}
-        profile = load_or_measure(base, ranks, comps, root=root or base.output_root, log=log, refresh=refresh)
+        from workbench.compress.profile import measure_codecs
+        profile = load_or_measure(base, ranks, comps, root=root or base.output_root, log=log, refresh=refresh,
+                                  codec_fn=measure_codecs)
     if speedup != 1.0:
         profile = profile.with_speedup(speedup * profile.speedup)
     return predict_rows(profile, vs, bandwidths, latency_s), (vs, profile)

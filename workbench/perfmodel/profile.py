@@ -13,7 +13,7 @@ A :class:`Profile` holds, for one model, data shape and per-worker batch, measur
 - ``buckets``: DDP's gradient buckets as they are after its rebuild at step 1 (numel and shapes);
 - ``codecs``: per compressor, per bucket, the payloads its codec puts into collectives (bytes,
   collective, meter category: exact, they are the bytes the meter will count) and its encode+decode
-  seconds, measured by running its ``reduce`` against a channel that returns the payload.
+  seconds, measured by :func:`workbench.compress.profile.measure_codecs` (handed in by the caller).
 
 :func:`measure_ranks` is the in-cluster part (used by ``trainer=stanza`` before it picks n_f and by
 :func:`measure`, which spawns the ranks itself). Nothing here imports a trainer: the caller passes
@@ -273,64 +273,7 @@ def cache_path(cfg, ranks: int, root="experiments") -> Path:
 # ---------------------------------------------------------------------------------------------
 # Measuring: spawn the ranks here, profile, return rank 0's result
 
-class _RecordingChannel:
-    """Stands in for the compression hook's channel: returns what an all-reduce (the payload
-    itself) or an all-gather (every rank's payload) would, and records the payloads."""
-
-    def __init__(self, world: int) -> None:
-        self.world, self.sent = world, []
-        self.encode_s = self.decode_s = 0.0
-
-    def timed(self, what):
-        from contextlib import contextmanager
-
-        @contextmanager
-        def cm():
-            t0 = time.perf_counter()
-            yield
-            setattr(self, f"{what}_s", getattr(self, f"{what}_s") + time.perf_counter() - t0)
-        return cm()
-
-    def exchange(self, collective, payload, category):
-        self.sent.append({"collective": collective, "bytes": payload.numel() * payload.element_size(),
-                          "category": category, "dtype": str(payload.dtype).removeprefix("torch.")})
-        if collective == "allreduce":
-            return payload
-        return [payload.reshape(-1).clone() for _ in range(self.world)]
-
-
-def measure_codecs(buckets: List[dict], compressors: Dict[str, object], world: int, repeats: int = 3) -> Dict[str, dict]:
-    """Per compressor: each bucket's payloads and encode+decode seconds (median of ``repeats``
-    steps at a step late enough that every compressor compresses, e.g. after PowerSGD's start)."""
-    import torch
-    from workbench.compress import BucketInfo, build_compressor
-    out = {}
-    for name, ccfg in compressors.items():
-        comp = build_compressor(ccfg, 0, world, 0)
-        start = int(ccfg.get("start_iter", 0) or 0) + 2
-        per_step = []
-        payloads = None
-        for r in range(repeats + 1):
-            step_payloads, times = [], []
-            for i, bk in enumerate(buckets):
-                ch = _RecordingChannel(world)
-                x = torch.randn(bk["numel"])
-                info = BucketInfo(index=i, step=start + r, rank=0, world=world,
-                                  shapes=tuple(torch.Size(s) for s in bk["shapes"]), seed=0)
-                t0 = time.perf_counter()
-                comp.reduce(x, info, ch)
-                times.append(time.perf_counter() - t0)
-                step_payloads.append(ch.sent)
-            if r:  # the first step warms up (and builds PowerSGD's Q)
-                per_step.append(times)
-            payloads = step_payloads
-        codec = [statistics.median(t[i] for t in per_step) for i in range(len(buckets))]
-        out[name] = {"collective": comp.collective,
-                     "payloads": payloads, "codec_s": codec}
-    return out
-
-
-def _spawned(rank: int, world: int, port: int, cfg, compressors, steps: int, queue) -> None:
+def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, steps: int, queue) -> None:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -387,7 +330,7 @@ def _spawned(rank: int, world: int, port: int, cfg, compressors, steps: int, que
                 torch.nn.functional.cross_entropy(model(x), y).backward()
             tf, tb = _median_time(fwd, steps, cpu), _median_time(both, steps, cpu)
             share = min(0.9, max(0.05, tf / tb)) if tb > 0 else share
-            codecs = measure_codecs(buckets, compressors, world)
+            codecs = codec_fn(buckets, compressors, world) if codec_fn is not None and compressors else {}
         dist.barrier()
         if rank == 0:
             counts = model.param_counts()
@@ -399,17 +342,25 @@ def _spawned(rank: int, world: int, port: int, cfg, compressors, steps: int, que
         dist.destroy_process_group()
 
 
-def measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, steps: int = 3) -> Profile:
-    """Spawn ``ranks`` gloo processes on this machine and measure the profile of ``cfg``'s model,
-    data shape and per-worker batch (``compressors``: name -> compressor config, whose codecs are
-    timed). Seconds for the small models; a minute or more for VGG-16 on a loaded CPU."""
-    import torch.multiprocessing as mp
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
-    from workbench.launcher import free_port
+
+def measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, steps: int = 3,
+            codec_fn: Optional[Callable] = None) -> Profile:
+    """Spawn ``ranks`` gloo processes on this machine and measure the profile of ``cfg``'s model,
+    data shape and per-worker batch. ``compressors``: name -> compressor config, whose codecs
+    ``codec_fn(buckets, compressors, world)`` measures on rank 0 (the caller passes
+    :func:`workbench.compress.profile.measure_codecs`: this layer does not import the compressors).
+    Seconds for the small models; a minute or more for VGG-16 on a loaded CPU."""
+    import torch.multiprocessing as mp
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_spawned, args=(r, ranks, port, cfg, compressors or {}, steps, queue), daemon=True)
+    port = _free_port()
+    procs = [ctx.Process(target=_spawned, args=(r, ranks, port, cfg, compressors or {}, codec_fn, steps, queue), daemon=True)
              for r in range(ranks)]
     for p in procs:
         p.start()
@@ -432,7 +383,8 @@ def measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, st
 
 
 def load_or_measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, root="experiments",
-                    refresh: bool = False, log: Callable[[str], None] = print) -> Profile:
+                    refresh: bool = False, log: Callable[[str], None] = print,
+                    codec_fn: Optional[Callable] = None) -> Profile:
     """The cached profile of ``cfg`` on this machine with ``ranks`` processes (and at least these
     compressors' codecs), measuring and caching it when missing."""
     path = cache_path(cfg, ranks, root)
@@ -441,7 +393,7 @@ def load_or_measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = 
         if prof.version == PROFILE_VERSION and set(compressors or {}) <= set(prof.codecs):
             return prof
     log(f"profiling {cfg.model.name} (batch {cfg.data.batch_size}) with {ranks} ranks on this machine ...")
-    prof = measure(cfg, ranks, compressors)
+    prof = measure(cfg, ranks, compressors, codec_fn=codec_fn)
     prof.save(path)
     log(f"profile cached: {path}")
     return prof
