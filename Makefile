@@ -1,10 +1,11 @@
-# Two commands for a new user: `make demo` (set up + default run) and `make test` (set up + tests).
+# Two commands for a new user: `make demo` (set up + default run) and `make test` (set up + the fast tests).
+# `make test-all` is what CI runs: every test (fast and slow tiers), then every notebook under nbval.
 # Set-up creates .venv if there is none and installs the project with pip (`pip install -e '.[dev]'`).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup system-deps demo test test-notebooks bench-overhead bench-bytes bench-staleness bench-stanza bench-compression bench-bandwidth gpu-check lab clean-runs
+.PHONY: setup system-deps demo test test-slow test-all test-notebooks bench-overhead bench-bytes bench-staleness bench-stanza bench-compression bench-bandwidth gpu-check lab clean-runs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +23,14 @@ system-deps:                       ## (root; Debian/Ubuntu) Chromium for the rep
 demo: setup                        ## the default job: sync DDP, small CNN, digits, 4 CPU ranks
 	$(BIN)/python -m workbench
 
-test: setup                        ## the whole test suite, then every notebook at its defaults under nbval
-	$(BIN)/python -m pytest -q --durations=15
+test: setup                        ## the fast tier (minutes): unit, equivalence, byte-count, config and bad-input tests
+	$(BIN)/python -m pytest -q -m "not slow" --durations=10
+
+test-slow: setup                   ## the slow tier: convergence runs, restarts, bench smoke runs, notebook executions
+	$(BIN)/python -m pytest -q -m slow --durations=15
+
+test-all: setup                    ## what CI runs: every test (both tiers), then every notebook under nbval
+	$(BIN)/python -m pytest -q --durations=25
 	$(MAKE) test-notebooks
 
 test-notebooks: setup              ## every notebook with its default parameters (pytest --nbval-lax)
