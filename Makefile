@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup system-deps demo test test-slow test-all test-notebooks bench-overhead bench-bytes bench-staleness bench-stanza bench-compression bench-bandwidth gpu-check lab clean-runs
+.PHONY: setup system-deps demo test test-slow test-all test-notebooks bench-all bench-overhead bench-bytes bench-staleness bench-stanza bench-compression bench-bandwidth gpu-check lab clean-runs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,23 +36,26 @@ test-all: setup                    ## what CI runs: every test (both tiers), the
 test-notebooks: setup              ## every notebook with its default parameters (pytest --nbval-lax)
 	$(BIN)/python -m pytest -q --nbval-lax notebooks/
 
-bench-overhead: setup              ## trainer=sync vs a hand-written DDP script -> BENCHMARKS.md
-	$(BIN)/python -m workbench.bench overhead --write
+bench-all: setup                   ## every section of BENCHMARKS.md (hours; `python -m workbench.bench all --list`)
+	$(BIN)/python -m workbench.bench all --write
+
+bench-overhead: setup              ## trainer=sync and the default job vs hand-written DDP scripts -> BENCHMARKS.md
+	$(BIN)/python -m workbench.bench all --only overhead --write
 
 bench-bytes: setup                 ## bytes per worker per step, every paradigm, 4 models -> BENCHMARKS.md
-	$(BIN)/python -m workbench.bench bytes --write
+	$(BIN)/python -m workbench.bench all --only bytes --write
 
 bench-staleness: setup             ## time to 90 % on the digits, sync vs hardsync vs n-softsync vs async -> BENCHMARKS.md
-	$(BIN)/python -m workbench.bench staleness --write
+	$(BIN)/python -m workbench.bench all --only staleness --write
 
 bench-stanza: setup                ## Stanza allocation sweep, predicted vs measured -> BENCHMARKS.md
-	$(BIN)/python -m workbench.bench stanza --write
+	$(BIN)/python -m workbench.bench all --only stanza --write
 
 bench-compression: setup           ## every compressor on ResNet-18 and VGG-16, and the utility model -> BENCHMARKS.md
-	$(BIN)/python -m workbench.bench compression --write
+	$(BIN)/python -m workbench.bench all --only compression --write
 
 bench-bandwidth: setup             ## emulated link-rate sweep (root): samples/s per paradigm, compression crossover -> BENCHMARKS.md
-	$(BIN)/python -m workbench.bench bandwidth --write
+	$(BIN)/python -m workbench.bench all --only bandwidth --write
 
 gpu-check: setup                   ## every trainer a few steps on this machine's GPUs (PASS/FAIL, samples/s)
 	$(BIN)/python -m workbench.bench.gpu_check
