@@ -133,7 +133,7 @@ def main(argv=None) -> None:
             print(f"repeat {i + 1}/{a.repeats}: " + ", ".join(f"{k} {v[-1] * 1e3:.2f} ms" for k, v in res.items()),
                   file=sys.stderr)
     base = statistics.median(res["plain DDP script"])
-    lines = [f"| variant | median step time (ms) | per repeat (ms) | ratio to plain DDP |", "|---|---|---|---|"]
+    lines = ["| variant | median step time (ms) | per repeat (ms) | ratio to plain DDP |", "|---|---|---|---|"]
     for k, v in res.items():
         med = statistics.median(v)
         lines.append(f"| {k} | {med * 1e3:.2f} | {', '.join(f'{x * 1e3:.2f}' for x in v)} | {med / base:.3f} |")

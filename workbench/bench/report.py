@@ -33,6 +33,14 @@ class Table:
         return "\n".join(lines)
 
 
+def within(rows: list, col: str, limit_pct: float = 20.0, skip=lambda r: False) -> str:
+    """'k of n rows within ±limit %' from a column of '+x %' strings: counts in prose come from the
+    table they describe, never typed by hand."""
+    vals = [r.get(col) for r in rows if not skip(r) and isinstance(r.get(col), str) and r.get(col).endswith("%")]
+    ok = [v for v in vals if abs(float(v.rstrip(" %"))) <= limit_pct]
+    return f"{len(ok)} of {len(vals)} rows within ±{limit_pct:g} % ({col})"
+
+
 def data_overrides(model: str, batch: int, samples: int = 256) -> list:
     """The suites' data: the digits for the models made for 8×8 inputs, CIFAR-size synthetic data
     (3×32×32, 10 classes) for the others."""

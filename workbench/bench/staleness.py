@@ -104,8 +104,13 @@ def main(argv=None) -> None:
     cmd = "python -m workbench.bench staleness " + " ".join(argv if argv is not None else [])
     t = report.Table(f"time_lambda{a.workers}", f"λ = {a.workers} workers on the digits, {a.max_steps} steps, "
                      f"target {a.target:.0%}", rows)
+    reached = [r for r in rows if r["time_to_target_s"] is not None]
+    first = min(reached, key=lambda r: r["time_to_target_s"], default=None)
+    note = (f"{len(reached)} of {len(rows)} runs reached {a.target:.0%}"
+            + (f"; first: {first['protocol']} (straggler: {first['straggler']}) in {first['time_to_target_s']} s, "
+               f"{first['MiB_to_target']} MiB sent per worker." if first else "."))
     path = report.write(suite, f"staleness: time to {a.target:.0%}, λ={a.workers}", cmd.strip(), [t],
-                        figures(rows, a.target), out_root=a.out,
+                        figures(rows, a.target), notes=note, out_root=a.out,
                         benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
     print(f"\n{t.markdown()}\n\nreport: {path / 'report.html'}")
 
