@@ -133,10 +133,14 @@ def main(argv=None) -> None:
             print(f"repeat {i + 1}/{a.repeats}: " + ", ".join(f"{k} {v[-1] * 1e3:.2f} ms" for k, v in res.items()),
                   file=sys.stderr)
     base = statistics.median(res["plain DDP script"])
-    lines = ["| variant | median step time (ms) | per repeat (ms) | ratio to plain DDP |", "|---|---|---|---|"]
+    lines = ["| variant | median step time (ms) | per repeat (ms) | spread | ratio to plain DDP | ratio per repeat |",
+             "|---|---|---|---|---|---|"]
     for k, v in res.items():
         med = statistics.median(v)
-        lines.append(f"| {k} | {med * 1e3:.2f} | {', '.join(f'{x * 1e3:.2f}' for x in v)} | {med / base:.3f} |")
+        # the repeats alternate, so repeat i of each variant ran under the same load: its own ratio
+        per = [x / y for x, y in zip(v, res["plain DDP script"])]
+        lines.append(f"| {k} | {med * 1e3:.2f} | {', '.join(f'{x * 1e3:.2f}' for x in v)} | "
+                     f"{(max(v) - min(v)) / med:.0%} | {med / base:.3f} | {', '.join(f'{r:.3f}' for r in per)} |")
     header = (f"{a.model} on {a.data}, {a.nproc} CPU ranks (gloo), batch {a.batch_size} per rank, "
               f"{a.steps} steps x {a.repeats} repeats alternating, first {a.skip} steps dropped")
     table = "\n".join(lines)
