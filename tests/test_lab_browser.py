@@ -77,6 +77,8 @@ def _set_parameters(src: Path, dst: Path, **params) -> None:
         i = next(i for i, l in enumerate(lines) if re.match(rf"{name}\s*=", l))
         lines[i] = f"{name} = {value!r}"
     cell.source = "\n".join(lines)
+    # nbstripout leaves no kernelspec: Lab would ask which kernel (the test also answers that dialog)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
     # which workbench the kernel imported: the test checks it is this checkout's
     nb.cells.append(nbformat.v4.new_code_cell('import workbench; print("WORKBENCH_FROM", workbench.__file__)'))
     nbformat.write(nb, str(dst))
@@ -106,6 +108,8 @@ def lab(tmp_path_factory):
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
            "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={work}",
            f"--LabApp.user_settings_dir={settings}", f"--LabApp.workspaces_dir={work / 'workspaces'}"]
+    if os.geteuid() == 0:  # CI containers
+        cmd.append("--allow-root")
     log = open(work / "server.log", "w")
     proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
@@ -125,8 +129,9 @@ def lab(tmp_path_factory):
     finally:
         _stop(proc, base, token)
         log.close()
-        from workbench.launcher import port_free
-        assert port_free("127.0.0.1", port), f"port {port} still taken after the server stopped"
+        import socket
+        with socket.socket() as s:  # nothing listens any more (a bind test would trip on TIME_WAIT)
+            assert s.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still served after the server stopped"
 
 
 def _stop(proc: subprocess.Popen, base: str, token: str) -> None:
@@ -177,7 +182,24 @@ class Notebook:
         self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
         self.page.goto(f"{base}/lab/tree/notebooks/{name}.ipynb?token={token}")
         self.page.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-CodeCell", timeout=180_000)
-        self.wait_idle()
+        self.api, self.name = (base, token), name
+        self.wait_kernel()
+
+    def wait_kernel(self, timeout_s: float = 180) -> None:
+        """Until the server says this notebook's kernel is idle (the page's indicator also reads
+        "idle" before any kernel exists)."""
+        base, token = self.api
+        deadline = time.monotonic() + timeout_s
+        while True:
+            dialog = self.page.locator(".jp-Dialog", has_text="Select Kernel")
+            if dialog.count():
+                dialog.locator("button.jp-mod-accept").click()
+            with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=10) as r:
+                ks = [s["kernel"] for s in json.load(r) if s.get("path", "").endswith(f"{self.name}.ipynb") and s.get("kernel")]
+            if ks and ks[0].get("execution_state") == "idle" and self.kernel_status() == "idle":
+                return
+            assert time.monotonic() < deadline, f"no idle kernel after {timeout_s} s: {ks}"
+            time.sleep(0.5)
 
     def kernel_status(self) -> str:
         return self.page.evaluate("""() => {
@@ -187,12 +209,6 @@ class Notebook:
 
     def prompts(self) -> list[str]:
         return self.page.eval_on_selector_all(".jp-CodeCell .jp-InputArea-prompt", "els => els.map(e => e.textContent.trim())")
-
-    def wait_idle(self, timeout_s: float = 180) -> None:
-        deadline = time.monotonic() + timeout_s
-        while self.kernel_status() != "idle":
-            assert time.monotonic() < deadline, f"kernel not idle after {timeout_s} s: {self.kernel_status()!r}"
-            time.sleep(0.5)
 
     def run_all(self) -> None:
         """Run ▸ Run All Cells, from the menu bar, as a person would."""
