@@ -269,8 +269,10 @@ def _run_and_watch(nb: Notebook, shot_at=None) -> list[tuple[int, int]]:
     seen, shot = [], False
     deadline = time.monotonic() + WAIT_S
     time.sleep(2)
-    while not nb.done():
+    quiet = 0
+    while quiet < 4:  # a cell that raises stops Run All: idle with cells left unrun is also the end
         assert time.monotonic() < deadline, f"not done after {WAIT_S} s; prompts {nb.prompts()}"
+        quiet = quiet + 1 if not nb.running() else 0
         bars = nb.progress_bars()
         seen.extend(b for b in bars if b not in seen)
         if shot_at and not shot and any(0 < n < t for n, t in bars):
@@ -279,6 +281,9 @@ def _run_and_watch(nb: Notebook, shot_at=None) -> list[tuple[int, int]]:
             nb.screenshot(shot_at)
             shot = True
         time.sleep(0.5)
+    if not nb.done():
+        nb.check_no_errors()  # the error, if a cell shows one
+        pytest.fail(f"Run All stopped before the end; prompts {nb.prompts()}")
     return seen
 
 
