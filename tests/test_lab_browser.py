@@ -170,6 +170,9 @@ def browser(lab):
 
 # -- driving JupyterLab ---------------------------------------------------------------------------
 
+PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook in front
+
+
 class Notebook:
     """One notebook open in a fresh page; collects the console's errors."""
 
@@ -180,7 +183,8 @@ class Notebook:
         self.console: list[str] = []
         self.page.on("console", lambda m: self.console.append(m.text) if m.type == "error" else None)
         self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
-        self.page.goto(f"{base}/lab/tree/notebooks/{name}.ipynb?token={token}")
+        # a workspace of its own, reset: Lab would otherwise reopen the previous test's notebook beside it
+        self.page.goto(f"{base}/lab/workspaces/{name}/tree/notebooks/{name}.ipynb?reset&token={token}")
         self.page.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-CodeCell", timeout=180_000)
         self.api, self.name = (base, token), name
         self.wait_kernel()
@@ -208,7 +212,7 @@ class Notebook:
         }""")
 
     def prompts(self) -> list[str]:
-        return self.page.eval_on_selector_all(".jp-CodeCell .jp-InputArea-prompt", "els => els.map(e => e.textContent.trim())")
+        return self.page.eval_on_selector_all(f"{PANEL} .jp-CodeCell .jp-InputArea-prompt", "els => els.map(e => e.textContent.trim())")
 
     def run_all(self) -> None:
         """Run ▸ Run All Cells, from the menu bar, as a person would."""
@@ -224,11 +228,11 @@ class Notebook:
 
     def progress_bars(self) -> list[tuple[int, int]]:
         """(n, total) of every tqdm widget on the page, read from its text ("37/240 [00:03<...")."""
-        texts = self.page.eval_on_selector_all(".jp-OutputArea-output .widget-hbox", "els => els.map(e => e.innerText)")
+        texts = self.page.eval_on_selector_all(f"{PANEL} .jp-OutputArea-output .widget-hbox", "els => els.map(e => e.innerText)")
         out = []
         for t in texts:
             m = re.search(r"(\d+)/(\d+)\s*\[", t)
-            if m and self.page.locator(".widget-hprogress, .widget-progress").count():
+            if m:
                 out.append((int(m.group(1)), int(m.group(2))))
         return out
 
@@ -239,24 +243,25 @@ class Notebook:
 
     def check_no_errors(self) -> None:
         errors = self.page.eval_on_selector_all(
-            ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'], .jp-RenderedText[data-mime-type='application/vnd.jupyter.error']",
+            f"{PANEL} .jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'], "
+            f"{PANEL} .jp-RenderedText[data-mime-type='application/vnd.jupyter.error']",
             "els => els.map(e => e.innerText)")
         tracebacks = [e for e in errors if "Traceback" in e or re.search(r"^\w+(Error|Exception)\b", e, re.M)]
         assert not tracebacks, "a cell shows an error:\n" + "\n---\n".join(t[-1500:] for t in tracebacks)
-        body = self.page.inner_text(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook")
+        body = self.page.inner_text(f"{PANEL} .jp-Notebook")
         for bad in ("Error displaying widget", "Error rendering output item", "Loading widget..."):
             assert bad not in body, f"{bad!r} on the page"
         widget_errors = [m for m in self.console if re.search(r"widget|plotly|model not found|comm", m, re.I)]
         assert not widget_errors, f"widget errors in the browser console: {widget_errors}"
 
     def check_kernel_package(self) -> None:
-        m = re.search(r"WORKBENCH_FROM (\S+)", self.page.inner_text(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook"))
+        m = re.search(r"WORKBENCH_FROM (\S+)", self.page.inner_text(f"{PANEL} .jp-Notebook"))
         assert m and Path(m.group(1)).resolve().is_relative_to(ROOT.resolve()), \
             f"the kernel imported another workbench: {m and m.group(1)}"
 
     def figures(self) -> list[dict]:
         """Every plotly figure on the page: drawn traces (SVG) and the traces plotly holds."""
-        return self.page.eval_on_selector_all(".js-plotly-plot", """els => els.map(e => ({
+        return self.page.eval_on_selector_all(f"{PANEL} .js-plotly-plot", """els => els.map(e => ({
             drawn: e.querySelectorAll('g.trace, path.point, g.point').length,
             traces: (e.data || []).length,
             data: JSON.stringify((e.data || []).map(t => [t.x, t.y])),
@@ -276,7 +281,7 @@ def _run_and_watch(nb: Notebook, shot_at=None) -> list[tuple[int, int]]:
         bars = nb.progress_bars()
         seen.extend(b for b in bars if b not in seen)
         if shot_at and not shot and any(0 < n < t for n, t in bars):
-            nb.page.locator(".widget-hprogress, .widget-progress").last.scroll_into_view_if_needed()
+            nb.page.locator(f"{PANEL} .widget-hprogress, {PANEL} .widget-progress").last.scroll_into_view_if_needed()
             time.sleep(0.5)
             nb.screenshot(shot_at)
             shot = True
@@ -304,7 +309,7 @@ def test_quickstart_in_jupyterlab(browser, lab):
     # (b) every figure drew its traces
     figs = nb.figures()
     assert len(figs) == 5 and all(f["drawn"] > 0 and f["traces"] > 0 for f in figs), figs
-    nb.page.locator(".js-plotly-plot").first.scroll_into_view_if_needed()
+    nb.page.locator(f"{PANEL} .js-plotly-plot").first.scroll_into_view_if_needed()
     nb.screenshot("lab_quickstart_figures.png")
     print(f"00_quickstart in JupyterLab: {time.monotonic() - t0:.0f} s")
     nb.page.close()
@@ -321,11 +326,11 @@ def test_dashboard_in_jupyterlab(browser, lab):
     figs = nb.figures()
     # 6 dashboard panels + the run explorer's panel + the what-if explorer's figure
     assert len(figs) == 8 and all(f["drawn"] > 0 and f["traces"] > 0 for f in figs), figs
-    nb.page.locator(".js-plotly-plot").first.scroll_into_view_if_needed()
+    nb.page.locator(f"{PANEL} .js-plotly-plot").first.scroll_into_view_if_needed()
     nb.screenshot("lab_dashboard.png")
 
     # (c) drag the what-if explorer's "ranks" slider: the kernel redraws the figure
-    cell = nb.page.locator(".jp-CodeCell", has_text="wb.WhatIfExplorer(")
+    cell = nb.page.locator(f"{PANEL} .jp-CodeCell", has_text="wb.WhatIfExplorer(")
     slider = cell.locator(".widget-slider", has=nb.page.locator(".widget-label", has_text=re.compile(r"^ranks$")))
     readout = slider.locator(".widget-readout")
     before_value = readout.inner_text()
