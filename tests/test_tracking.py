@@ -76,3 +76,20 @@ def test_wandb_offline_writes_its_run(run_overrides, tmp_path):
     assert info["state"] == "ended" and "warning" not in info, info
     offline = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(offline) == 1 and list(offline[0].glob("*.wandb")), offline
+
+
+def test_missing_package_is_one_warning_and_no_tracker(tmp_path, monkeypatch, capfd):
+    """Without the tracker's package: one line at launch (preflight), rank 0 records it quietly."""
+    import workbench
+    from workbench import tracking
+    monkeypatch.setitem(tracking.TRACKERS, "mlflow", ("mlflow", "no_such_package_for_workbench", "mlflow"))
+    monkeypatch.setenv("WORKBENCH_LAUNCHER", "1")
+    cfg = workbench.compose([f"output_root={tmp_path}", "tracking=mlflow"])
+    line = tracking.preflight(cfg)
+    assert line.startswith("workbench: tracking (mlflow) disabled:") and "pip install 'workbench[mlflow]'" in line
+    s = tracking.start(cfg, tmp_path)
+    s.finish("completed", {"status": "completed"})
+    info = json.loads((tmp_path / "tracking.json").read_text())
+    assert info["state"] == "disabled" and info["warned_at_launch"]
+    tracking.finalise(cfg, tmp_path, {"status": "completed"})
+    assert [l for l in capfd.readouterr().err.splitlines() if "tracking" in l] == [line]

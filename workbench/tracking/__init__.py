@@ -31,8 +31,10 @@ A tracker is one module here with a :class:`Tracker` subclass registered in :dat
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+import os
 import sys
 import threading
 from pathlib import Path
@@ -107,8 +109,6 @@ def tracker_class(name: str):
 def preflight(cfg: DictConfig) -> Optional[str]:
     """Before launch: ConfigError for an unknown tracker; the warning line (printed) if its package
     is missing, else None."""
-    import importlib.util
-
     from workbench.config import ConfigError
     name = tracker_name(cfg)
     if name == "none":
@@ -207,6 +207,13 @@ class Session(threading.Thread):
 
     def run(self) -> None:
         tracker = None
+        _, package, extra = TRACKERS[self.name_]
+        if importlib.util.find_spec(package) is None:
+            why = f"the {package} package is not installed (pip install 'workbench[{extra}]'); the run goes on untracked"
+            launched = os.environ.get("WORKBENCH_LAUNCHER") == "1"  # the launcher said so already (preflight)
+            line = f"workbench: tracking ({self.name_}) disabled: {why}" if launched else _warn(self.name_, why)
+            self._write_info(state="disabled", warning=line, warned_at_launch=launched)
+            return
         try:
             tracker = tracker_class(self.name_)(self.cfg, self.run_dir)
             self._write_info(**tracker.start(config_params(self.cfg)), state="running")
@@ -263,7 +270,7 @@ def finalise(cfg: DictConfig, run_dir: Path, summary: dict, timeout_s: float = 3
     if name not in TRACKERS:
         return
     info = runstore.read_json(Path(run_dir) / INFO_FILE) or {}
-    if info.get("warning"):
+    if info.get("warning") and not info.get("warned_at_launch"):
         print(info["warning"], file=sys.stderr, flush=True)
     if not info.get("run_id") or info.get("state") == "disabled":
         return
