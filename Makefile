@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup system-deps demo test test-slow test-all test-notebooks bench-all bench-overhead bench-bytes bench-staleness bench-stanza bench-compression bench-bandwidth gpu-check lab clean-runs
+.PHONY: setup system-deps demo test test-slow test-all test-notebooks bench-all bench-overhead bench-bytes bench-staleness bench-stanza bench-compression bench-bandwidth gpu-check lab lab-check lab-screenshots clean-runs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,8 +60,18 @@ bench-bandwidth: setup             ## emulated link-rate sweep (root): samples/s
 gpu-check: setup                   ## every trainer a few steps on this machine's GPUs (PASS/FAIL, samples/s)
 	$(BIN)/python -m workbench.bench.gpu_check
 
-lab: setup                         ## JupyterLab on the notebooks
-	$(BIN)/jupyter lab notebooks/
+LAB_PORT ?= 8888
+lab: setup                         ## JupyterLab on the notebooks; prints the URL to open (LAB_PORT=8888)
+	@token=$$($(BIN)/python -c 'import secrets; print(secrets.token_hex(16))'); \
+	echo "JupyterLab: http://127.0.0.1:$(LAB_PORT)/lab/tree/00_quickstart.ipynb?token=$$token"; \
+	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks --ip=127.0.0.1 --port=$(LAB_PORT) --ServerApp.port_retries=0 \
+	    --IdentityProvider.token=$$token $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+
+lab-check: setup                   ## JupyterLab driven by headless Chromium: widgets, figures, sliders (needs make system-deps)
+	$(BIN)/python -m pytest -q -m browser tests/test_lab_browser.py
+
+lab-screenshots: setup             ## the same, also writing the README's JupyterLab screenshots into docs/img/
+	WORKBENCH_LAB_SCREENSHOTS=docs/img $(BIN)/python -m pytest -q -m browser tests/test_lab_browser.py
 
 clean-runs:                        ## delete everything under experiments/runs and experiments/multiruns
 	rm -rf experiments/runs experiments/multiruns

@@ -24,7 +24,7 @@ from typing import Optional
 
 from omegaconf import DictConfig
 
-from workbench import runstore
+from workbench import runstore, tracking
 from workbench.config import validate
 
 
@@ -149,6 +149,7 @@ def launch(cfg: DictConfig, run_dir: Optional[os.PathLike] = None, progress: Opt
     from workbench.starters import STARTERS
 
     validate(cfg)
+    tracking.preflight(cfg)
     starter = STARTERS[cfg.network.starter or cfg.cluster.starter]()
     starter.check(cfg)
     run_dir = Path(run_dir) if run_dir is not None else runstore.new_run_dir(cfg)
@@ -190,6 +191,7 @@ def launch(cfg: DictConfig, run_dir: Optional[os.PathLike] = None, progress: Opt
                    "wall_time_s": time.time() - t0, "run_dir": str(run_dir)}
     summary["bytes_by_rank"] = run.rank_totals()
     runstore.write_json(run_dir / "summary.json", summary)
+    tracking.finalise(cfg, run_dir, summary)
     if error is not None and check:
         raise RunFailed(f"run {summary['status']}: {summary['error']} (run dir: {run_dir})", run)
     return run

@@ -96,6 +96,8 @@ def main(argv=None) -> int:
     mon = SystemMonitor(run_dir / "system" / f"rank{info.rank}.jsonl", info.rank,
                         info.device.index if info.device.type == "cuda" else None).start()
     trainer = TRAINERS[cfg.trainer.name](cfg, info, meter, log)
+    from workbench import tracking
+    tracker = tracking.start(cfg, run_dir) if info.rank == 0 else None  # a thread; off the step loop
     status, code = "completed", 0
     try:
         summary = trainer.run()
@@ -108,6 +110,8 @@ def main(argv=None) -> int:
         status = "failed"
         runstore.write_json(run_dir / "ranks" / f"rank{info.rank}_error.json",
                             {"rank": info.rank, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
+        if tracker is not None:  # briefly: the agent is waiting to stop the other ranks
+            tracker.finish(status, None, timeout_s=5.0)
         raise
     finally:
         mon.stop()
@@ -122,6 +126,8 @@ def main(argv=None) -> int:
         import torch.distributed as dist
         dist.barrier()
         wdist.shutdown()
+    if tracker is not None:  # after the barrier: the other ranks do not wait for the tracker
+        tracker.finish(status, {**summary, "run_dir": str(run_dir)})
     return code
 
 
