@@ -1,8 +1,9 @@
 """Start a run's processes with PyTorch's own elastic agent (what ``torchrun`` runs).
 
-``launch(cfg)`` validates the config, prepares the run directory, and runs
-``python -m workbench.worker --run-dir <dir>`` as ``cluster.nproc`` local ranks through
-:func:`torch.distributed.launcher.api.elastic_launch` with a c10d rendezvous. The agent watches the
+``launch(cfg)`` validates the config, prepares the run directory, and runs the per-rank entry
+(:mod:`workbench.worker`, on ``--run-dir <dir>``) as ``cluster.nproc`` local ranks through
+:func:`torch.distributed.launcher.api.elastic_launch` with a c10d rendezvous; the default starter
+forks the ranks from a forkserver that has imported torch once (``workbench/starters/elastic.py``). The agent watches the
 ranks every ``cluster.monitor_interval_s``; when one dies it stops the others, so a failure ends the
 whole run within seconds, and ``summary.json`` records which rank failed and why.
 
