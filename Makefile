@@ -1,10 +1,11 @@
-# Two commands for a new user: `make demo` (set up + default run) and `make test` (set up + tests).
+# Two commands for a new user: `make demo` (set up + default run) and `make test` (set up + the fast tests).
+# `make test-all` is what CI runs: every test (fast and slow tiers), then every notebook under nbval.
 # Set-up creates .venv if there is none and installs the project with pip (`pip install -e '.[dev]'`).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup system-deps demo test test-notebooks bench-overhead bench-bytes bench-staleness bench-stanza bench-compression bench-bandwidth gpu-check lab clean-runs
+.PHONY: setup system-deps demo test test-slow test-all test-notebooks bench-all bench-overhead bench-bytes bench-staleness bench-stanza bench-compression bench-bandwidth gpu-check lab lab-check lab-screenshots clean-runs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,36 +23,55 @@ system-deps:                       ## (root; Debian/Ubuntu) Chromium for the rep
 demo: setup                        ## the default job: sync DDP, small CNN, digits, 4 CPU ranks
 	$(BIN)/python -m workbench
 
-test: setup                        ## the whole test suite, then every notebook at its defaults under nbval
-	$(BIN)/python -m pytest -q --durations=15
+test: setup                        ## the fast tier (minutes): unit, equivalence, byte-count, config and bad-input tests
+	$(BIN)/python -m pytest -q -m "not slow" --durations=10
+
+test-slow: setup                   ## the slow tier: convergence runs, restarts, bench smoke runs, notebook executions
+	$(BIN)/python -m pytest -q -m slow --durations=15
+
+test-all: setup                    ## what CI runs: every test (both tiers), then every notebook under nbval
+	$(BIN)/python -m pytest -q --durations=25
 	$(MAKE) test-notebooks
 
 test-notebooks: setup              ## every notebook with its default parameters (pytest --nbval-lax)
 	$(BIN)/python -m pytest -q --nbval-lax notebooks/
 
-bench-overhead: setup              ## trainer=sync vs a hand-written DDP script -> BENCHMARKS.md
-	$(BIN)/python -m workbench.bench overhead --write
+bench-all: setup                   ## every section of BENCHMARKS.md (hours; `python -m workbench.bench all --list`)
+	$(BIN)/python -m workbench.bench all --write
+
+bench-overhead: setup              ## trainer=sync and the default job vs hand-written DDP scripts -> BENCHMARKS.md
+	$(BIN)/python -m workbench.bench all --only overhead --write
 
 bench-bytes: setup                 ## bytes per worker per step, every paradigm, 4 models -> BENCHMARKS.md
-	$(BIN)/python -m workbench.bench bytes --write
+	$(BIN)/python -m workbench.bench all --only bytes --write
 
 bench-staleness: setup             ## time to 90 % on the digits, sync vs hardsync vs n-softsync vs async -> BENCHMARKS.md
-	$(BIN)/python -m workbench.bench staleness --write
+	$(BIN)/python -m workbench.bench all --only staleness --write
 
 bench-stanza: setup                ## Stanza allocation sweep, predicted vs measured -> BENCHMARKS.md
-	$(BIN)/python -m workbench.bench stanza --write
+	$(BIN)/python -m workbench.bench all --only stanza --write
 
 bench-compression: setup           ## every compressor on ResNet-18 and VGG-16, and the utility model -> BENCHMARKS.md
-	$(BIN)/python -m workbench.bench compression --write
+	$(BIN)/python -m workbench.bench all --only compression --write
 
 bench-bandwidth: setup             ## emulated link-rate sweep (root): samples/s per paradigm, compression crossover -> BENCHMARKS.md
-	$(BIN)/python -m workbench.bench bandwidth --write
+	$(BIN)/python -m workbench.bench all --only bandwidth --write
 
 gpu-check: setup                   ## every trainer a few steps on this machine's GPUs (PASS/FAIL, samples/s)
 	$(BIN)/python -m workbench.bench.gpu_check
 
-lab: setup                         ## JupyterLab on the notebooks
-	$(BIN)/jupyter lab notebooks/
+LAB_PORT ?= 8888
+lab: setup                         ## JupyterLab on the notebooks; prints the URL to open (LAB_PORT=8888)
+	@token=$$($(BIN)/python -c 'import secrets; print(secrets.token_hex(16))'); \
+	echo "JupyterLab: http://127.0.0.1:$(LAB_PORT)/lab/tree/00_quickstart.ipynb?token=$$token"; \
+	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks --ip=127.0.0.1 --port=$(LAB_PORT) --ServerApp.port_retries=0 \
+	    --IdentityProvider.token=$$token $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+
+lab-check: setup                   ## JupyterLab driven by headless Chromium: widgets, figures, sliders (needs make system-deps)
+	$(BIN)/python -m pytest -q -m browser tests/test_lab_browser.py
+
+lab-screenshots: setup             ## the same, also writing the README's JupyterLab screenshots into docs/img/
+	WORKBENCH_LAB_SCREENSHOTS=docs/img $(BIN)/python -m pytest -q -m browser tests/test_lab_browser.py
 
 clean-runs:                        ## delete everything under experiments/runs and experiments/multiruns
 	rm -rf experiments/runs experiments/multiruns

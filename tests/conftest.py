@@ -1,5 +1,12 @@
-"""Shared fixtures. Multi-process tests run real ranks over gloo on this machine."""
+"""Shared fixtures. Multi-process tests run real ranks over gloo on this machine.
+
+Tiers (markers registered in pyproject.toml): ``make test`` runs ``-m "not slow"`` (the fast tier);
+``make test-all`` runs everything, then the notebooks under nbval. A test marked ``root``,
+``browser`` or ``gpu`` skips with the reason when this machine lacks what it needs, so both tiers
+run anywhere; CI runs as root and installs Chromium (``make system-deps``).
+"""
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -8,6 +15,35 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def _missing(marker: str):
+    """Why a test with this marker cannot run here, or None."""
+    if marker == "root":
+        if os.geteuid() != 0:
+            return "needs root (network namespaces and tc): run as root, as CI does"
+        if shutil.which("ip") is None or shutil.which("tc") is None:
+            return "needs iproute2 (ip, tc): make system-deps"
+    elif marker == "browser":
+        from workbench.report import chromium
+        if chromium() is None:
+            return "needs Chromium: make system-deps (apt-get install chromium)"
+    elif marker == "gpu":
+        import torch
+        if not torch.cuda.is_available():
+            return "needs a CUDA GPU (torch.cuda.is_available() is False)"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    reasons = {}
+    for item in items:
+        for marker in ("root", "browser", "gpu"):
+            if item.get_closest_marker(marker) is not None:
+                if marker not in reasons:
+                    reasons[marker] = _missing(marker)
+                if reasons[marker]:
+                    item.add_marker(pytest.mark.skip(reason=reasons[marker]))
 
 
 @pytest.fixture

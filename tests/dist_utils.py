@@ -33,10 +33,18 @@ def _entry(rank, world, port, fn, args, q, timeout_s):
                 pass
 
 
+def _context():
+    """A forkserver that has imported torch once: each rank is then a fork of it, not a new
+    interpreter importing torch again (about 3 s of CPU per rank on this machine)."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "torch.distributed", "numpy"])
+    return ctx
+
+
 def run_ranks(fn, world: int, *args, timeout_s: float = 30.0, join_timeout: float = 120.0):
     """Run ``fn(rank, world, *args)`` on ``world`` processes; return the results ordered by rank.
     ``fn`` must be a module-level (picklable) function."""
-    ctx = mp.get_context("spawn")
+    ctx = _context()
     q = ctx.Queue()
     port = _free_port()
     procs = [ctx.Process(target=_entry, args=(r, world, port, fn, args, q, timeout_s)) for r in range(world)]

@@ -144,6 +144,7 @@ def test_sync_easgd_matches_reference(run_overrides):
     ["trainer=bmuf", "trainer.block_momentum=0.5", "optim.momentum=0.5"],
     ["trainer=local_sgd"],
 ])
+@pytest.mark.slow
 def test_converges_on_digits_with_4_processes(run_overrides, trainer):
     run = launch_run(run_overrides + trainer + ["cluster.nproc=4", "trainer.max_steps=300", "trainer.eval_every=100"])
     assert run.summary["final_test_accuracy"] >= 0.85, run.summary["final_test_accuracy"]

@@ -2,8 +2,6 @@
 Markdown and HTML report, and its byte counts equal the analytic ones. Timings are never asserted."""
 import csv
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +18,7 @@ def _suite(tmp_path, *args):
     return p.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_bytes_suite_measures_the_analytic_counts(tmp_path):
     out = _suite(tmp_path, "bytes")
@@ -32,6 +31,7 @@ def test_bytes_suite_measures_the_analytic_counts(tmp_path):
     assert "| small_cnn |" in out
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_staleness_suite_reports_time_to_target_and_staleness(tmp_path):
     _suite(tmp_path, "staleness")
@@ -48,6 +48,7 @@ def test_unknown_suite_is_a_clear_error():
     assert p.returncode == 2 and "latency" in p.stderr and "bytes" in p.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_stanza_suite_predicts_every_allocation(tmp_path):
     _suite(tmp_path, "stanza")
@@ -56,11 +57,8 @@ def test_stanza_suite_predicts_every_allocation(tmp_path):
     assert all(r["status"] == "completed" and float(r["predicted"]) > 0 and float(r["measured"]) > 0 for r in rows)
 
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
-                                reason="the bandwidth suite emulates its network: needs root and iproute2")
-
-
-@needs_root
+@pytest.mark.slow
+@pytest.mark.root
 @pytest.mark.timeout(900)
 def test_bandwidth_suite_sweeps_emulated_links(tmp_path):
     from workbench.network.emulated import namespaces
@@ -87,6 +85,7 @@ def test_bandwidth_suite_sweeps_emulated_links(tmp_path):
     assert [n for n in namespaces() if n.startswith("wb")] == []  # every run and probe cleaned up
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_compression_suite_predicts_every_compressor(tmp_path):
     out = _suite(tmp_path, "compression", "--repeats", "2")

@@ -27,6 +27,7 @@ def test_checkpoint_files_are_safe_to_load(run_overrides):
     assert "torch" in state["rng"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("trainer", [["trainer=sync"], ["trainer=stanza", "trainer.fc_workers=1"]])
 def test_killed_rank_restarts_and_matches_uninterrupted_run(run_overrides, trainer):
@@ -65,6 +66,7 @@ PS = ["cluster.nproc=3", "trainer.num_servers=1", "trainer.max_steps=30", "train
       "checkpoint.every=10", "optim.lr=0.05", "seed=5"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_parameter_server_restart_matches_uninterrupted_run(run_overrides):
     """Hardsync PS: a worker SIGKILLed after its checkpoint at step 10; the group restarts, the server
@@ -90,6 +92,7 @@ def test_parameter_server_restart_matches_uninterrupted_run(run_overrides):
     ["trainer=staleness", "trainer.n=2", "trainer.max_staleness=1"],   # bounded staleness: clocks and buffers
     ["trainer=easgd", "trainer.period=2"],                             # elastic averaging: the centre
 ])
+@pytest.mark.slow
 def test_asynchronous_servers_survive_a_killed_server(run_overrides, trainer):
     """The *server* dies mid-run; with a restart everything resumes from the newest complete
     checkpoint and the run completes with the bound still enforced."""

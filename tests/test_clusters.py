@@ -11,6 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_slurm_through_submitit_local(tmp_path):
     p = subprocess.run([sys.executable, "-m", "workbench", "--multirun", "hydra/launcher=submitit_local", "cluster=slurm",
@@ -58,6 +59,7 @@ def test_slurm_outside_a_job_is_a_clear_error(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(500)
 def test_ray_train_on_a_local_ray(tmp_path):
     ray = pytest.importorskip("ray")  # part of the dev extras; absent only in a minimal install

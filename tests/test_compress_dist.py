@@ -271,6 +271,7 @@ def test_powersgd_run_records_compression_metrics(run_overrides):
     assert {c["collective"] for c in s["calibration"]["collectives"]} == {"allreduce", "allgather"}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_compressor_state_survives_a_restart(run_overrides):
     """A rank killed mid-run restarts from the checkpoint (PowerSGD's P, Q, residuals and random

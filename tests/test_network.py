@@ -1,7 +1,6 @@
 """network=emulated: real namespaces, veth links and tc shaping; one elastic agent per namespace;
 nothing left behind, also after a failure. Needs root and iproute2 (CI runs as root)."""
 import os
-import shutil
 import subprocess
 
 import pytest
@@ -9,9 +8,6 @@ import pytest
 import workbench
 from conftest import launch_run
 from workbench.config import ConfigError, validate
-
-needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
-                                reason="network=emulated needs root and iproute2")
 
 
 def leftovers():
@@ -28,7 +24,8 @@ def test_bad_network_values_fail_before_launch():
         validate(workbench.compose(["network=emulated", "cluster.nproc=2", "+network.node_bandwidth.5=1mbit"]))
 
 
-@needs_root
+@pytest.mark.slow
+@pytest.mark.root
 @pytest.mark.timeout(400)
 def test_emulated_run_completes_across_namespaces(run_overrides):
     run = launch_run(run_overrides + ["network=emulated", "network.bandwidth=500mbit", "cluster.nproc=2",
@@ -42,7 +39,8 @@ def test_emulated_run_completes_across_namespaces(run_overrides):
     assert leftovers() == []
 
 
-@needs_root
+@pytest.mark.slow
+@pytest.mark.root
 @pytest.mark.timeout(400)
 def test_failed_emulated_run_cleans_up(run_overrides):
     with pytest.raises(workbench.RunFailed) as e:
@@ -52,7 +50,8 @@ def test_failed_emulated_run_cleans_up(run_overrides):
     assert leftovers() == []
 
 
-@needs_root
+@pytest.mark.slow
+@pytest.mark.root
 @pytest.mark.timeout(300)
 def test_links_are_really_shaped():
     """At 50 Mbit/s a 4 MiB transfer cannot be faster than the link (loopback would be ~100x faster)."""
@@ -63,7 +62,7 @@ def test_links_are_really_shaped():
     assert leftovers() == []
 
 
-@needs_root
+@pytest.mark.root
 @pytest.mark.timeout(120)
 def test_killed_owner_leaves_no_namespace():
     """`kill` (SIGTERM) of the process that owns a network still removes its namespaces."""
@@ -78,7 +77,7 @@ def test_killed_owner_leaves_no_namespace():
     assert leftovers() == []
 
 
-@needs_root
+@pytest.mark.root
 def test_emulated_ranks_share_the_cores(run_overrides):
     """Every emulated node is a process on this machine: threads per rank = cores // nodes, not
     cores // 1 (each agent sees one local rank)."""

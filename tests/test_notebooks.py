@@ -99,6 +99,7 @@ SMALL = {  # parameters that keep each notebook to a few short runs, and the tra
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_trainer_notebook_runs_or_skips_cleanly(name, tmp_path):
     params, trainers = SMALL[name]
@@ -127,6 +128,7 @@ def seeded_runs(tmp_path_factory):
 @pytest.mark.skip(reason="papermill/nbclient sometimes never returns from the RunExplorer widget cell although the "
                   "kernel is idle (seen 1 run in 3 here; upstream jupyter/nbclient#312); notebook 50 runs under "
                   "nbval in `make test-notebooks` instead")
+@pytest.mark.slow
 def test_dashboard_notebook_reads_given_runs(seeded_runs, tmp_path):
     nb = _execute("50_tradeoff_dashboard", {"runs_glob": f"{seeded_runs}/runs/**", "min_runs": 2,
                                             "output_root": str(seeded_runs), "progress": False}, tmp_path)
@@ -157,6 +159,7 @@ def quickstart_report(tmp_path_factory):
     return {"dir": tmp, "nb": nbformat.read(str(nbs[0]), as_version=4), "html": htmls[0]}
 
 
+@pytest.mark.slow
 def test_injected_parameters_take_effect(quickstart_report):
     run_dirs = list((quickstart_report["dir"] / "exp" / "runs").glob("*/*"))
     assert len(run_dirs) == 1  # trainers=[sync]: one run, not one per registered trainer
@@ -167,6 +170,7 @@ def test_injected_parameters_take_effect(quickstart_report):
     assert "NBVAL_CHECK_OUTPUT" in cells[-1].source and not any(o.output_type == "error" for c in cells for o in c.outputs)
 
 
+@pytest.mark.slow
 def test_live_progress_is_a_widget_that_reaches_the_end(quickstart_report):
     nb = quickstart_report["nb"]
     views = [o for c in _code_cells(nb) for o in c.outputs
@@ -181,6 +185,7 @@ def _figure_calls(html: str):
     return re.findall(r'Plotly\.newPlot\(\s*"([^"]+)",\s*(\[.*?\]),\s*\{', html, flags=re.S)
 
 
+@pytest.mark.slow
 def test_report_html_holds_every_figure_with_data(quickstart_report):
     from bs4 import BeautifulSoup
     html = quickstart_report["html"].read_text()
@@ -201,7 +206,8 @@ def test_report_html_holds_every_figure_with_data(quickstart_report):
 from workbench.report import chromium as _chromium  # noqa: E402
 
 
-@pytest.mark.skipif(_chromium() is None, reason="no Chromium on this machine (apt-get install chromium)")
+@pytest.mark.slow
+@pytest.mark.browser
 def test_report_renders_in_headless_chromium(quickstart_report, tmp_path):
     """Every figure div gets plotly's SVG with drawn traces once the page's scripts have run."""
     from bs4 import BeautifulSoup

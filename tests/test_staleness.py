@@ -162,6 +162,7 @@ def test_measured_staleness_never_exceeds_the_bound(run_overrides, on_stale):
     ["trainer=staleness", "trainer.n=1"],
     ["trainer=staleness", "trainer.n=3", "trainer.lr_modulation=per_gradient", "trainer.max_staleness=4", "optim.momentum=0.5"],
 ])
+@pytest.mark.slow
 def test_converges_on_digits_with_4_processes(run_overrides, trainer):
     run = launch_run(run_overrides + trainer + ["cluster.nproc=4", "trainer.max_steps=300", "trainer.eval_every=100"])
     assert run.summary["final_test_accuracy"] >= 0.85, run.summary["final_test_accuracy"]

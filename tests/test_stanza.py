@@ -185,6 +185,7 @@ def test_every_registered_model_has_a_split():
 
 # ---------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_converges_on_digits(tmp_path):
     """3 CONV workers + 1 FC worker reach >= 90 % test accuracy on the digits."""
     run = launch_run([f"output_root={tmp_path}", "trainer.progress=false", "cluster.timeout_s=60",

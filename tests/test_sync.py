@@ -67,6 +67,7 @@ def test_run_directory_holds_everything(run_overrides, tmp_path):
     assert "bytes.allreduce" in m.columns and (m["kind"] == "eval").sum() == 3
 
 
+@pytest.mark.slow
 def test_default_job_reaches_90_percent(run_overrides):
     """The README's default job (4 workers, digits) trains to >= 90 % test accuracy."""
     run = launch_run(run_overrides)

@@ -7,11 +7,29 @@ Python API (what notebooks and papermill use; the CLI ``python -m workbench`` go
     run = workbench.launch(cfg)                                   # -> workbench.Run
     df = workbench.load_runs("experiments")                       # one row per run
 """
+from __future__ import annotations
+
+import importlib
+
 __version__ = "0.1.0"
 
-from workbench.api import compose  # noqa: E402
-from workbench.config import ConfigError  # noqa: E402
-from workbench.launcher import RunFailed, launch, resume  # noqa: E402
-from workbench.runs import Run, load_metrics, load_runs  # noqa: E402
+# Resolved on first use (PEP 562): every rank process imports this package, and a rank needs none of
+# the API's analysis side (pandas alone costs each of them about a second of start-up on 2 cores).
+_API = {
+    "compose": "workbench.api", "ConfigError": "workbench.config", "RunFailed": "workbench.launcher",
+    "launch": "workbench.launcher", "resume": "workbench.launcher", "Run": "workbench.runs",
+    "load_metrics": "workbench.runs", "load_runs": "workbench.runs",
+}
+__all__ = list(_API)
 
-__all__ = ["compose", "launch", "load_runs", "load_metrics", "Run", "ConfigError", "RunFailed", "resume"]
+
+def __getattr__(name: str):
+    if name in _API:
+        value = getattr(importlib.import_module(_API[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'workbench' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_API))

@@ -111,6 +111,16 @@ class CheckpointConfig:
 
 
 @dataclass
+class TrackingConfig:
+    name: str = "none"  # none | mlflow | wandb: where rank 0 also logs params, metrics, summary (workbench/tracking/)
+    uri: Optional[str] = None  # mlflow: tracking URI (default: file store <output_root>/mlruns); wandb: its directory
+    experiment: str = "workbench"  # mlflow experiment / wandb project
+    mode: str = "offline"  # wandb: offline | online
+    artifacts: bool = True  # log the run directory (without checkpoints/) as an artifact at the end
+    timeout_s: float = 60.0  # the most a finished rank 0 waits for the tracker to catch up before exiting
+
+
+@dataclass
 class Config:
     name: str = "run"  # run name, the suffix of the run directory
     seed: int = 0
@@ -123,6 +133,7 @@ class Config:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
 
 _STORE = ConfigStore.instance()

@@ -1,8 +1,9 @@
 """Start a run's processes with PyTorch's own elastic agent (what ``torchrun`` runs).
 
-``launch(cfg)`` validates the config, prepares the run directory, and runs
-``python -m workbench.worker --run-dir <dir>`` as ``cluster.nproc`` local ranks through
-:func:`torch.distributed.launcher.api.elastic_launch` with a c10d rendezvous. The agent watches the
+``launch(cfg)`` validates the config, prepares the run directory, and runs the per-rank entry
+(:mod:`workbench.worker`, on ``--run-dir <dir>``) as ``cluster.nproc`` local ranks through
+:func:`torch.distributed.launcher.api.elastic_launch` with a c10d rendezvous; the default starter
+forks the ranks from a forkserver that has imported torch once (``workbench/starters/elastic.py``). The agent watches the
 ranks every ``cluster.monitor_interval_s``; when one dies it stops the others, so a failure ends the
 whole run within seconds, and ``summary.json`` records which rank failed and why.
 
@@ -24,7 +25,7 @@ from typing import Optional
 
 from omegaconf import DictConfig
 
-from workbench import runstore
+from workbench import runstore, tracking
 from workbench.config import validate
 
 
@@ -149,6 +150,7 @@ def launch(cfg: DictConfig, run_dir: Optional[os.PathLike] = None, progress: Opt
     from workbench.starters import STARTERS
 
     validate(cfg)
+    tracking.preflight(cfg)
     starter = STARTERS[cfg.network.starter or cfg.cluster.starter]()
     starter.check(cfg)
     run_dir = Path(run_dir) if run_dir is not None else runstore.new_run_dir(cfg)
@@ -190,6 +192,7 @@ def launch(cfg: DictConfig, run_dir: Optional[os.PathLike] = None, progress: Opt
                    "wall_time_s": time.time() - t0, "run_dir": str(run_dir)}
     summary["bytes_by_rank"] = run.rank_totals()
     runstore.write_json(run_dir / "summary.json", summary)
+    tracking.finalise(cfg, run_dir, summary)
     if error is not None and check:
         raise RunFailed(f"run {summary['status']}: {summary['error']} (run dir: {run_dir})", run)
     return run

@@ -5,11 +5,19 @@ from __future__ import annotations
 import glob as globmod
 import json
 from pathlib import Path
-from typing import Iterable, List, Optional, Union
-
-import pandas as pd
+from typing import TYPE_CHECKING, Iterable, List, Optional, Union
 
 from workbench import runstore
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def _pd():
+    """pandas, imported when a table is asked for: the launcher builds a :class:`Run` at the end of
+    every run, and the CLI should not pay pandas' import (about 0.7 s of CPU) before its ranks start."""
+    import pandas
+    return pandas
 
 
 class Run:
@@ -57,9 +65,10 @@ class Run:
                 r[f"bytes.{cat}"] = c["sent"]
                 r[f"comm_time.{cat}"] = c["time"]
             rows.append(r)
-        return pd.DataFrame(rows)
+        return _pd().DataFrame(rows)
 
     def system(self) -> pd.DataFrame:
+        pd = _pd()
         frames = [pd.read_json(p, lines=True) for p in sorted((self.path / "system").glob("rank*.jsonl"))
                   if p.stat().st_size > 0]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -123,7 +132,7 @@ def load_runs(paths: Union[str, Path, Iterable] = "experiments") -> pd.DataFrame
         except Exception:
             cfg = {}
         rows.append({"run_dir": str(d), "run": d.name, **s, **cfg})
-    return pd.DataFrame(rows)
+    return _pd().DataFrame(rows)
 
 
 def load_metrics(paths: Union[str, Path, Iterable] = "experiments") -> pd.DataFrame:
@@ -135,4 +144,5 @@ def load_metrics(paths: Union[str, Path, Iterable] = "experiments") -> pd.DataFr
             m.insert(0, "run", d.name)
             m.insert(0, "run_dir", str(d))
             frames.append(m)
+    pd = _pd()
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -96,6 +96,8 @@ def main(argv=None) -> int:
     mon = SystemMonitor(run_dir / "system" / f"rank{info.rank}.jsonl", info.rank,
                         info.device.index if info.device.type == "cuda" else None).start()
     trainer = TRAINERS[cfg.trainer.name](cfg, info, meter, log)
+    from workbench import tracking
+    tracker = tracking.start(cfg, run_dir) if info.rank == 0 else None  # a thread; off the step loop
     status, code = "completed", 0
     try:
         summary = trainer.run()
@@ -108,6 +110,8 @@ def main(argv=None) -> int:
         status = "failed"
         runstore.write_json(run_dir / "ranks" / f"rank{info.rank}_error.json",
                             {"rank": info.rank, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
+        if tracker is not None:  # briefly: the agent is waiting to stop the other ranks
+            tracker.finish(status, None, timeout_s=5.0)
         raise
     finally:
         mon.stop()
@@ -122,10 +126,49 @@ def main(argv=None) -> int:
         import torch.distributed as dist
         dist.barrier()
         wdist.shutdown()
+    if tracker is not None:  # after the barrier: the other ranks do not wait for the tracker
+        tracker.finish(status, {**summary, "run_dir": str(run_dir)})
     return code
 
 
 main = record(main, error_handler=AtomicErrorHandler())
+
+# What a rank imports before it trains, imported once by the forkserver the elastic starter forks its
+# ranks from (about 3 s of CPU per rank on this 2-core machine, spent once instead of once per rank).
+# workbench itself is not preloaded: each rank imports it afresh, so edits between launches from one
+# notebook kernel take effect.
+FORKSERVER_PRELOAD = ["torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo", "numpy", "omegaconf",
+                      "psutil", "sklearn.datasets", "sklearn.model_selection"]
+
+# Variables the elastic agent sets for each rank; every other variable comes from the launcher's
+# environment at launch time (a forked rank would otherwise see the forkserver's, from its start).
+_AGENT_VARS = {"LOCAL_RANK", "RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE", "WORLD_SIZE",
+               "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+               "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"}
+
+
+def _agent_var(name: str) -> bool:
+    return name in _AGENT_VARS or name.startswith("TORCHELASTIC_")
+
+
+def forked_rank(run_dir: str, env: dict, cwd: str) -> None:
+    """A rank forked by the elastic agent (``start_method="forkserver"``): take the launcher's
+    environment and working directory, then run :func:`main`. Its exit status is main's (a
+    ``SystemExit``), so an error is recorded once, atomically, by :class:`AtomicErrorHandler`."""
+    agent = {k: v for k, v in os.environ.items() if _agent_var(k)}
+    os.environ.clear()
+    os.environ.update({k: v for k, v in env.items() if not _agent_var(k)})
+    os.environ.update(agent)
+    os.environ["PYTHONUNBUFFERED"] = "1"
+    os.chdir(cwd)
+    try:
+        code = main(["--run-dir", run_dir])
+    except BaseException as e:  # already recorded by main's handler; don't let torch's own record it again
+        if isinstance(e, SystemExit):
+            raise
+        raise SystemExit(1) from None
+    if code:
+        raise SystemExit(code)
 
 
 if __name__ == "__main__":

@@ -172,7 +172,9 @@ def main(argv=None) -> None:
     t = report.Table(f"bytes_N{a.workers}", f"Bytes per worker per step, N = {a.workers}, batch {a.batch} per worker "
                      f"(B = bytes; PS/this and ring/this: how many times fewer bytes than the PS and the ring)", rows, cols)
     cmd = ("python -m workbench.bench bytes " + " ".join(argv if argv is not None else [])).strip()
-    path = report.write(suite, f"bytes per worker per step, N={a.workers}", cmd, [t], [figure(rows)], out_root=a.out,
+    exact = sum(1 for r in rows if r.get("sent_B") is not None and r["sent_B"] == r.get("analytic_sent_B"))
+    note = f"Measured equals analytic to the byte in {exact} of {sum(1 for r in rows if r.get('sent_B') is not None)} runs."
+    path = report.write(suite, f"bytes per worker per step, N={a.workers}", cmd, [t], [figure(rows)], notes=note, out_root=a.out,
                         benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
     print(f"\n{t.markdown()}\n\nreport: {path / 'report.html'}")
 

@@ -193,8 +193,10 @@ def main(argv=None) -> None:
                          f"{a.steps} steps per compressor (medians after 3 warm-up steps)"
                          + (f", {rounds} interleaved rounds (spread: max − min of the rounds' medians)" if rounds > 1 else ""),
                          rows, cols)
+        base = lambda r: r.get("compressor") == "none"  # the calibration row is exact by construction
+        fit = f"Model vs measured: {report.within(rows, 'error', skip=base)}; {report.within(rows, 'error (hook)', skip=base)}."
         path = report.write(out.name, f"compression: {model}, N={a.nproc}", command, [t], [figure(rows, model)],
-                            notes=cal or "No calibration: the compressor=none run did not complete.",
+                            notes=f"{fit}\n\n" + (cal or "No calibration: the compressor=none run did not complete."),
                             out_root=a.out, benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
         print(f"\n{t.markdown()}\n\n{cal or ''}\nreport: {path / 'report.html'}", flush=True)
 

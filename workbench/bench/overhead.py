@@ -5,9 +5,15 @@ on the same model, data and process count, measured side by side in one run: the
     python -m workbench.bench.overhead                      # small_cnn on digits, 4 ranks, 3 x 300 steps
     python -m workbench.bench.overhead --nproc 2 --model small_cnn --data synthetic --steps 150
     python -m workbench.bench.overhead --write              # also update BENCHMARKS.md
+    python -m workbench.bench.overhead --e2e --repeats 5 --write   # the default job end to end
 
 Step time = seconds between consecutive step ends on rank 0, data loading included, the first
 ``--skip`` steps dropped (warm-up), evaluation excluded.
+
+``--e2e``: whole processes instead of steps. ``python -m workbench`` (the default job, every file of
+its run directory written) against the torchrun script a user writes by hand for the same work
+(workbench/bench/plain_e2e.py), alternating which goes first; wall-clock and CPU seconds (user +
+system of the whole process tree) per command, medians and the repeats' range.
 """
 from __future__ import annotations
 
@@ -40,6 +46,50 @@ def run_workbench(a, tmp: Path, metered: bool) -> list:
     return [r["step_time"] for r in run.records() if r["kind"] == "train"]
 
 
+def timed(cmd) -> tuple:
+    """(wall s, CPU s of the process tree) of one command; it must succeed."""
+    import resource
+    import time
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**_env(), "OMP_NUM_THREADS": "1"})
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if p.returncode != 0:
+        raise SystemExit(f"overhead: {' '.join(cmd)} failed ({p.returncode}): {p.stderr.strip().splitlines()[-1:]}")
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def end_to_end(a) -> tuple:
+    """Interleaved whole-process runs of the default job and the hand-written script."""
+    res = {"plain torchrun script": [], "python -m workbench": []}
+    with tempfile.TemporaryDirectory() as d:
+        cmds = {"plain torchrun script": [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                          f"--nproc-per-node={a.nproc}", "-m", "workbench.bench.plain_e2e"],
+                "python -m workbench": [sys.executable, "-m", "workbench", f"output_root={d}", f"cluster.nproc={a.nproc}"]}
+        for i in range(a.repeats):
+            order = list(cmds) if i % 2 == 0 else list(cmds)[::-1]
+            for k in order:
+                res[k].append(timed(cmds[k]))
+            print(f"repeat {i + 1}/{a.repeats}: " + ", ".join(f"{k} {v[-1][0]:.2f} s wall, {v[-1][1]:.2f} s CPU"
+                                                             for k, v in res.items()), file=sys.stderr)
+        runs = sorted(Path(d).glob("runs/*/*"))
+        missing = [f for f in ("config.yaml", "env.json", "metrics.jsonl", "summary.json", "model.pt")
+                   if not all((r / f).exists() for r in runs)]
+        if len(runs) != a.repeats or missing:
+            raise SystemExit(f"overhead: the default job's runs lack {missing or 'runs'}")
+    base_w = statistics.median(w for w, _ in res["plain torchrun script"])
+    base_c = statistics.median(c for _, c in res["plain torchrun script"])
+    lines = ["| command | median wall (s) | range (s) | wall ratio | median CPU (s) | CPU ratio |", "|---|---|---|---|---|---|"]
+    for k, v in res.items():
+        w, c = statistics.median(x for x, _ in v), statistics.median(y for _, y in v)
+        lines.append(f"| {k} | {w:.2f} | {min(x for x, _ in v):.2f}–{max(x for x, _ in v):.2f} | {w / base_w:.3f} | "
+                     f"{c:.1f} | {c / base_c:.3f} |")
+    header = (f"the default job end to end (small_cnn on digits, {a.nproc} CPU ranks, 20 epochs, final evaluation) "
+              f"against a hand-written torchrun script, {a.repeats} interleaved repeats")
+    return header, "\n".join(lines)
+
+
 def _env():
     import os
     return dict(os.environ)
@@ -58,9 +108,20 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--skip", type=int, default=20)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--e2e", action="store_true", help="whole processes: the default job vs a hand-written torchrun script")
     p.add_argument("--write", action="store_true", help="update the overhead section of BENCHMARKS.md")
     p.add_argument("overrides", nargs="*")
     a = p.parse_args(argv)
+    cmd = "python -m workbench.bench overhead " + " ".join(argv if argv is not None else sys.argv[1:])
+    if a.e2e:
+        header, table = end_to_end(a)
+        print(header)
+        print(table)
+        if a.write:
+            from workbench.bench.markdown import update_section
+            update_section(ROOT / "BENCHMARKS.md", f"overhead: default job end to end x{a.nproc}",
+                           f"Command: `{cmd.strip()}`\n\n{header}.\n\n{table}\n")
+        return
 
     res = {"plain DDP script": [], "trainer=sync (metered hook)": [], "trainer=sync (trainer.metered=false)": []}
     with tempfile.TemporaryDirectory() as d:
@@ -72,11 +133,14 @@ def main(argv=None) -> None:
             print(f"repeat {i + 1}/{a.repeats}: " + ", ".join(f"{k} {v[-1] * 1e3:.2f} ms" for k, v in res.items()),
                   file=sys.stderr)
     base = statistics.median(res["plain DDP script"])
-    lines = [f"| variant | median step time (ms) | per repeat (ms) | ratio to plain DDP |", "|---|---|---|---|"]
+    lines = ["| variant | median step time (ms) | per repeat (ms) | spread | ratio to plain DDP | ratio per repeat |",
+             "|---|---|---|---|---|---|"]
     for k, v in res.items():
         med = statistics.median(v)
-        lines.append(f"| {k} | {med * 1e3:.2f} | {', '.join(f'{x * 1e3:.2f}' for x in v)} | {med / base:.3f} |")
-    cmd = "python -m workbench.bench.overhead " + " ".join(argv if argv is not None else sys.argv[1:])
+        # the repeats alternate, so repeat i of each variant ran under the same load: its own ratio
+        per = [x / y for x, y in zip(v, res["plain DDP script"])]
+        lines.append(f"| {k} | {med * 1e3:.2f} | {', '.join(f'{x * 1e3:.2f}' for x in v)} | "
+                     f"{(max(v) - min(v)) / med:.0%} | {med / base:.3f} | {', '.join(f'{r:.3f}' for r in per)} |")
     header = (f"{a.model} on {a.data}, {a.nproc} CPU ranks (gloo), batch {a.batch_size} per rank, "
               f"{a.steps} steps x {a.repeats} repeats alternating, first {a.skip} steps dropped")
     table = "\n".join(lines)

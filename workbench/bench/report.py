@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import csv
 import html
-import platform
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
+
+from workbench.bench.markdown import machine, update_section
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,6 +31,14 @@ class Table:
         lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         lines += ["| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for r in self.rows]
         return "\n".join(lines)
+
+
+def within(rows: list, col: str, limit_pct: float = 20.0, skip=lambda r: False) -> str:
+    """'k of n rows within ±limit %' from a column of '+x %' strings: counts in prose come from the
+    table they describe, never typed by hand."""
+    vals = [r.get(col) for r in rows if not skip(r) and isinstance(r.get(col), str) and r.get(col).endswith("%")]
+    ok = [v for v in vals if abs(float(v.rstrip(" %"))) <= limit_pct]
+    return f"{len(ok)} of {len(vals)} rows within ±{limit_pct:g} % ({col})"
 
 
 def data_overrides(model: str, batch: int, samples: int = 256) -> list:
@@ -77,15 +85,6 @@ def parser(suite: str, doc: str, tiny: str):
     return p
 
 
-def machine() -> str:
-    import os
-    import torch
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return (f"{platform.machine()} {os.cpu_count()} cores, {dev}, torch {torch.__version__}, "
-            f"load average {load:.1f} at the end, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
-
-
 def write(suite: str, title: str, command: str, tables: list, figures: list = (), notes: str = "",
           out_root: Path | str = ROOT / "experiments" / "bench", benchmarks_md: Path | None = None) -> Path:
     """Write the suite's report; return its directory. ``benchmarks_md``: also replace the suite's
@@ -97,11 +96,11 @@ def write(suite: str, title: str, command: str, tables: list, figures: list = ()
             w = csv.DictWriter(f, fieldnames=t.columns(), extrasaction="ignore")
             w.writeheader()
             w.writerows(t.rows)
-    body = f"Command: `{command}`\n\nMachine: {machine()}.\n\n"
+    body = f"Command: `{command}`\n\n"
     body += "\n\n".join(f"{t.caption}\n\n{t.markdown()}" for t in tables)
     if notes:
         body += "\n\n" + notes.strip()
-    (out / "report.md").write_text(f"# {title}\n\n{body}\n")
+    (out / "report.md").write_text(f"# {title}\n\nMachine: {machine()}.\n\n{body}\n")
     parts = [f"<h1>{html.escape(title)}</h1><p><code>{html.escape(command)}</code></p>"
              f"<p>{html.escape(machine())}</p>"]
     for i, fig in enumerate(figures):
@@ -113,8 +112,7 @@ def write(suite: str, title: str, command: str, tables: list, figures: list = ()
     (out / "report.html").write_text("<!doctype html><html><head><meta charset='utf-8'>"
                                      f"<title>{html.escape(title)}</title></head><body>{''.join(parts)}</body></html>")
     if benchmarks_md is not None:
-        from workbench.bench.markdown import update_section
-        update_section(benchmarks_md, title, body + f"\n\nReport: `{out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}/report.html`.\n")
+                update_section(benchmarks_md, title, body + f"\n\nReport: `{out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}/report.html`.\n")
     return out
 
 

@@ -1,6 +1,8 @@
 """Suite ``staleness``: time to a target accuracy on the digits for synchronous all-reduce, hardsync,
 n-softsync (several n, with and without learning-rate modulation, with the SSP bound) and async,
-with and without a straggler — Rudra's experiment (PAPERS.md §1) on one machine.
+with and without a straggler — Rudra's experiment (PAPERS.md §1) on one machine — and Alchemist's
+model-averaging trainers (EASGD, BMUF, local SGD) beside them: which reaches the target first, and
+after how many bytes sent per worker.
 
     python -m workbench.bench staleness                       # λ = 4 workers (+1 server), 300 steps each
     python -m workbench.bench staleness --workers 8 --write   # λ = 8, and update BENCHMARKS.md
@@ -33,7 +35,10 @@ def protocols(lam: int, tiny: bool = False) -> list:
     rows += [(f"{n}-softsync (c={lam // n})", ["trainer=staleness", f"trainer.n={n}"], ps) for n in mids]
     rows += [(f"{lam}-softsync, lr/τ", ["trainer=staleness", f"trainer.n={lam}", "trainer.lr_modulation=per_gradient"], ps),
              (f"{lam}-softsync, lr/⟨τ⟩", ["trainer=staleness", f"trainer.n={lam}", "trainer.lr_modulation=mean"], ps),
-             (f"{lam}-softsync, s=1 (SSP block)", ["trainer=staleness", f"trainer.n={lam}", "trainer.max_staleness=1"], ps)]
+             (f"{lam}-softsync, s=1 (SSP block)", ["trainer=staleness", f"trainer.n={lam}", "trainer.max_staleness=1"], ps),
+             ("EASGD (async, 1 server)", ["trainer=easgd"], ps),
+             ("BMUF", ["trainer=bmuf"], lam),
+             ("local SGD", ["trainer=local_sgd"], lam)]
     return rows
 
 
@@ -44,12 +49,16 @@ def run_one(label, overrides, nproc, straggler, a, out: Path) -> dict:
                                          "cluster.timeout_s=300", f"output_root={out / 'runs'}", *extra])
     run = workbench.launch(cfg, progress=False, check=False)
     s = run.summary
-    hit = next((r for r in run.records() if r.get("kind") == "eval" and r["test_accuracy"] >= a.target), None)
+    records = run.records()
+    hit = next((r for r in records if r.get("kind") == "eval" and r["test_accuracy"] >= a.target), None)
+    # rank 0 is a worker in every trainer, so its records' bytes are one worker's
+    sent = sum(r.get("bytes_sent", 0) for r in records if r.get("kind") == "train" and hit and r["step"] <= hit["step"])
     ps = s.get("ps") or {}
     grads = ps["gradients"] * s["batch_per_worker"] if ps else s.get("samples", 0)
     t = s.get("train_time_s") or 0
     return {"protocol": label, "straggler": f"rank 1 +{a.delay}s/step" if straggler else "none",
             "time_to_target_s": round(hit["time"], 2) if hit else None, "steps_to_target": hit["step"] if hit else None,
+            "MiB_to_target": round(sent / 2**20, 2) if hit else None,
             "final_acc": round(s.get("final_test_accuracy") or 0, 4), "wall_s": round(t, 1),
             "samples_per_s": round(grads / t) if t else None,
             "updates_per_s": round(ps["updates_per_s"], 1) if ps.get("updates_per_s") else None,
@@ -95,8 +104,13 @@ def main(argv=None) -> None:
     cmd = "python -m workbench.bench staleness " + " ".join(argv if argv is not None else [])
     t = report.Table(f"time_lambda{a.workers}", f"λ = {a.workers} workers on the digits, {a.max_steps} steps, "
                      f"target {a.target:.0%}", rows)
+    reached = [r for r in rows if r["time_to_target_s"] is not None]
+    first = min(reached, key=lambda r: r["time_to_target_s"], default=None)
+    note = (f"{len(reached)} of {len(rows)} runs reached {a.target:.0%}"
+            + (f"; first: {first['protocol']} (straggler: {first['straggler']}) in {first['time_to_target_s']} s, "
+               f"{first['MiB_to_target']} MiB sent per worker." if first else "."))
     path = report.write(suite, f"staleness: time to {a.target:.0%}, λ={a.workers}", cmd.strip(), [t],
-                        figures(rows, a.target), out_root=a.out,
+                        figures(rows, a.target), notes=note, out_root=a.out,
                         benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
     print(f"\n{t.markdown()}\n\nreport: {path / 'report.html'}")
 

@@ -65,7 +65,7 @@ def main(argv=None) -> None:
                      f"worker, {a.steps} steps; samples/s (error = measured / predicted − 1)", rows, cols)
     cmd = ("python -m workbench.bench stanza " + " ".join(argv if argv is not None else [])).strip()
     path = report.write(suite, f"stanza allocation sweep: {a.model}, N={a.nproc}", cmd, [t], [figure(rows, a.model)],
-                        out_root=a.out, benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
+                        notes=f"Predicted vs measured: {report.within(rows, 'error')}.", out_root=a.out, benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
     print(f"\n{t.markdown()}\n\nreport: {path / 'report.html'}")
 
 

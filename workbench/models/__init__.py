@@ -5,6 +5,10 @@ boundary activation of ``boundary_size`` floats per sample.
 
 Add a model: one file in this package with a function decorated by ``@MODELS.register(name)`` that
 returns a :class:`ModelSpec`, and one ``conf/model/<name>.yaml``.
+
+Models built on torchvision import it inside their builder: importing ``torchvision.models`` pulls in
+torch's compiler stack (dynamo, sympy, triton), about 2 s of start-up per rank on this 2-core
+machine that a run of the small CNN never uses.
 """
 from __future__ import annotations
 

@@ -5,13 +5,13 @@ otherwise the three max-pools shrink 32x32 to nothing. The adaptive 6x6 pool kee
 (and so the 9 216-float boundary and 96 % of the parameters in FC layers) exactly as in the paper.
 """
 from torch import nn
-from torchvision.models import alexnet as tv_alexnet
 
 from workbench.models import InputSpec, SplitModel, register
 
 
 @register("alexnet", min_image_size=32)
 def alexnet(spec: InputSpec, cfg) -> SplitModel:
+    from torchvision.models import alexnet as tv_alexnet  # here, not above: see models/__init__.py
     m = tv_alexnet(weights=None, num_classes=spec.num_classes, dropout=cfg.dropout)
     if spec.image_size < 64:
         m.features[0] = nn.Conv2d(spec.channels, 64, kernel_size=5, stride=2, padding=2)

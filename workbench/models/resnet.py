@@ -2,7 +2,6 @@
 variant (3x3 stride-1 conv, no max-pool). Almost all parameters are convolutional: the FC part is
 one linear layer, which is why Stanza's layer separation gains nothing on ResNets."""
 from torch import nn
-from torchvision.models import resnet18 as tv_resnet18, resnet50 as tv_resnet50
 
 from workbench.models import InputSpec, SplitModel, register
 
@@ -20,9 +19,11 @@ def _split(m, spec: InputSpec) -> SplitModel:
 
 @register("resnet18", min_image_size=8)
 def resnet18(spec: InputSpec, cfg) -> SplitModel:
+    from torchvision.models import resnet18 as tv_resnet18  # here, not above: see models/__init__.py
     return _split(tv_resnet18(weights=None, num_classes=spec.num_classes), spec)
 
 
 @register("resnet50", min_image_size=8)
 def resnet50(spec: InputSpec, cfg) -> SplitModel:
+    from torchvision.models import resnet50 as tv_resnet50  # here, not above: see models/__init__.py
     return _split(tv_resnet50(weights=None, num_classes=spec.num_classes), spec)

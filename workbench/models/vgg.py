@@ -2,13 +2,13 @@
 the adaptive 7x7 pool replicates, so the classifier keeps its 25 088-float input and 123.6 M
 parameters, as in the Stanza paper's table."""
 from torch import nn
-from torchvision.models import vgg16 as tv_vgg16
 
 from workbench.models import InputSpec, SplitModel, register
 
 
 @register("vgg16", min_image_size=32)
 def vgg16(spec: InputSpec, cfg) -> SplitModel:
+    from torchvision.models import vgg16 as tv_vgg16  # here, not above: see models/__init__.py
     m = tv_vgg16(weights=None, num_classes=spec.num_classes, dropout=cfg.dropout)
     if spec.channels != 3:
         m.features[0] = nn.Conv2d(spec.channels, 64, kernel_size=3, padding=1)
