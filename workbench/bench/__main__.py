@@ -49,6 +49,7 @@ ALL = [
     ("stanza", ["--model", "alexnet", "--nproc", "5"]),
     ("compression", ["--models", "resnet18", "--repeats", "3"]),
     ("compression", ["--models", "vgg16"]),
+    ("planner", []),
     ("bandwidth", []),  # root: emulated links
 ]
 
