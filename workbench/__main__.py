@@ -76,11 +76,49 @@ def _resume_cli(argv) -> None:
     _run_and_report(lambda: resume(a.run_dir))
 
 
+def _jobs(argv) -> list:
+    """The override lists Hydra will run (one per --multirun job), or [] when argv is not a plain
+    run (--help, --info, ... or arguments Hydra itself will reject)."""
+    from hydra._internal.utils import get_args_parser
+    try:
+        args, unknown = get_args_parser().parse_known_args(argv)
+    except SystemExit:
+        return []
+    if args.help or args.hydra_help or args.info or args.shell_completion or args.experimental_rerun or unknown:
+        return []
+    if not args.multirun:
+        return [args.overrides]
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    try:
+        parsed = OverridesParser.create().parse_overrides(args.overrides)
+        return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+    except HydraException:
+        return [args.overrides]  # compose names the bad one
+
+
+def precheck(argv) -> None:
+    """Compose and validate every job before Hydra creates a run directory or starts a process:
+    a bad override or value is one line (ConfigError) here, never Hydra's multi-line report."""
+    from workbench.api import compose
+    from workbench.config import validate, warnings
+    seen = set()
+    for job in _jobs(argv):
+        cfg = compose(job)
+        validate(cfg)
+        for w in warnings(cfg):
+            if w not in seen:
+                seen.add(w)
+                print(f"workbench: warning: {w}", file=sys.stderr)
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "resume":
         return _resume_cli(sys.argv[2:])
     try:
         path = str(conf_dir())
+        precheck(sys.argv[1:])
     except ConfigError as e:
         print(f"workbench: error: {e}", file=sys.stderr)
         raise SystemExit(2)
