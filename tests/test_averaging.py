@@ -56,12 +56,15 @@ def simulate_workers(overrides, workers, steps, every, combine):
 def test_bmuf_update_formula():
     w = torch.tensor([1.0, 2.0])
     delta = torch.tensor([0.5, -0.5])
-    start = bmuf_update(w, delta, torch.tensor([2.0, 2.0]), eta=0.5, zeta=2.0, nesterov=True)
-    # G = [1, 0]; delta = 0.5*[0.5,-0.5] + 2*G = [2.25, -0.25]; W = [3.25, 1.75]; start = W + 0.5*delta
-    assert torch.allclose(delta, torch.tensor([2.25, -0.25])) and torch.allclose(w, torch.tensor([3.25, 1.75]))
-    assert torch.allclose(start, torch.tensor([4.375, 1.625]))
+    # the block started at the look-ahead point S = W + 0.5 * delta = [1.25, 1.75]
+    start = bmuf_update(w, delta, torch.tensor([2.0, 2.0]), torch.tensor([1.25, 1.75]), eta=0.5, zeta=2.0, nesterov=True)
+    # G = mean - S = [0.75, 0.25] (the block's own progress, not W's look-ahead again);
+    # delta = 0.5*[0.5,-0.5] + 2*G = [1.75, 0.25]; W = [2.75, 2.25]; next start = W + 0.5*delta
+    assert torch.allclose(delta, torch.tensor([1.75, 0.25])) and torch.allclose(w, torch.tensor([2.75, 2.25]))
+    assert torch.allclose(start, torch.tensor([3.625, 2.375]))
     w2, d2 = torch.tensor([1.0]), torch.tensor([0.0])
-    assert torch.allclose(bmuf_update(w2, d2, torch.tensor([3.0]), eta=0.0, zeta=1.0, nesterov=False), torch.tensor([3.0]))
+    assert torch.allclose(bmuf_update(w2, d2, torch.tensor([3.0]), w2.clone(), eta=0.0, zeta=1.0, nesterov=False),
+                          torch.tensor([3.0]))
 
 
 def test_local_sgd_every_step_without_momentum_is_sync_sgd(run_overrides):
@@ -87,7 +90,8 @@ def test_bmuf_matches_reference(run_overrides):
 
     def combine(models, last):
         avg = sum(p2v(m.parameters()).detach() for m in models) / len(models)
-        start = bmuf_update(state["w"], state["delta"], avg, eta, zeta, True)
+        start = bmuf_update(state["w"], state["delta"], avg, state["start"], eta, zeta, True)
+        state["start"] = start.clone()
         for m in models:
             v2p(start.clone(), m.parameters())
 
@@ -95,7 +99,7 @@ def test_bmuf_matches_reference(run_overrides):
     _, _, spec = data_mod.load(cfg)
     seed_everything(cfg.seed)
     w0 = torch.nn.utils.parameters_to_vector(build_model(cfg, spec).parameters()).detach().clone()
-    state["w"], state["delta"] = w0, torch.zeros_like(w0)  # W starts at the common initial weights
+    state["w"], state["delta"], state["start"] = w0, torch.zeros_like(w0), w0.clone()  # W starts at the common initial weights
     models = simulate_workers(run_overrides + COMMON, 2, steps, block, combine)
     v2p(state["w"], models[0].parameters())
     ref = {k: v.detach() for k, v in models[0].state_dict().items()}

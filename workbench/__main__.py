@@ -11,6 +11,13 @@
 
 Exit status: 0 completed, 1 failed (the failed rank is named), 2 invalid config (nothing started),
 3 diverged (NaN/inf loss).
+
+Every bad input (an unknown key, option or type, a value out of range) is one line on stderr,
+``workbench: error: ...``, naming the key and the valid choices; nothing starts, no run directory
+is left. A configuration known to be unstable (asynchronous updates with momentum above the bound
+of workbench/stability.py) gets one ``workbench: warning:`` line and runs anyway. The last lines of
+a run: the summary, ``verdict: learned | did_not_learn | unstable | diverged (why); what to try``,
+and the run directory.
 """
 from __future__ import annotations
 
@@ -23,6 +30,7 @@ from omegaconf import DictConfig
 
 import workbench.trainers  # noqa: F401  (registers the trainers' config schemas before Hydra composes)
 from workbench.config import ConfigError, conf_dir
+from workbench.verdict import line as verdict_line
 
 
 def summary_paragraph(s) -> str:
@@ -61,8 +69,12 @@ def _run_and_report(start, on_config_error=None) -> None:
         raise SystemExit(2)
     except RunFailed as e:
         print(f"workbench: {e}", file=sys.stderr)
+        if verdict_line(e.run.summary):
+            print(verdict_line(e.run.summary), file=sys.stderr)
         raise SystemExit(3 if e.run.status == "diverged" else 1)
     print(summary_paragraph(run.summary))
+    if verdict_line(run.summary):
+        print(verdict_line(run.summary))
     print(f"run directory: {run.path}")
 
 
@@ -102,15 +114,9 @@ def precheck(argv) -> None:
     """Compose and validate every job before Hydra creates a run directory or starts a process:
     a bad override or value is one line (ConfigError) here, never Hydra's multi-line report."""
     from workbench.api import compose
-    from workbench.config import validate, warnings
-    seen = set()
+    from workbench.config import validate
     for job in _jobs(argv):
-        cfg = compose(job)
-        validate(cfg)
-        for w in warnings(cfg):
-            if w not in seen:
-                seen.add(w)
-                print(f"workbench: warning: {w}", file=sys.stderr)
+        validate(compose(job))  # warnings come from launch(), just before each job starts
 
 
 def main() -> None:

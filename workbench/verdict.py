@@ -94,3 +94,25 @@ def advice(verdict: str, cfg) -> str:
     if verdict == "did_not_learn":
         return f"too few or too small steps: try more trainer.epochs or optim.lr={lr * 2:g}."
     return f"the step is too large for this configuration: try optim.lr={lr / 2:g} or optim.momentum=0.5."
+
+
+def num_classes(cfg) -> Optional[int]:
+    try:
+        from workbench.data import DATASETS
+        return int(DATASETS[cfg.data.name].spec(cfg.data).num_classes)
+    except Exception:  # noqa: BLE001 - an old or foreign config: judge on the loss alone
+        return None
+
+
+def summarize(records: Sequence[dict], cfg, status: Optional[str] = None) -> dict:
+    """The ``verdict``, ``verdict_reason`` and ``verdict_advice`` fields of ``summary.json``."""
+    v, reason = judge_records(records, num_classes(cfg), status)
+    return {"verdict": v, "verdict_reason": reason, "verdict_advice": advice(v, cfg)}
+
+
+def line(summary: dict) -> str:
+    """The CLI's verdict line: ``verdict: did_not_learn (final test accuracy 10.0% is at chance); <advice>``."""
+    if not summary or not summary.get("verdict"):
+        return ""
+    out = f"verdict: {summary['verdict']} ({summary.get('verdict_reason', '')})"
+    return out + (f"; {summary['verdict_advice']}" if summary.get("verdict_advice") else "")
