@@ -18,7 +18,7 @@ COMMON = ["optim.lr=0.05", "optim.momentum=0.9", "optim.weight_decay=0.001", "da
 
 def simulate_workers(overrides, workers, steps, every, combine):
     """Local SGD on ``workers`` model copies (each reading its DistributedSampler shard, as the real
-    ranks do); after every ``every``-th step (and after the last), ``combine(models, last)``."""
+    ranks do); after every ``every``-th step (and after the last), ``combine(models, last, optimizers)``."""
     cfg = workbench.compose(overrides)
     train, _, spec = data_mod.load(cfg)
     b = data_mod.batch_size_per_worker(cfg, workers)
@@ -49,7 +49,7 @@ def simulate_workers(overrides, workers, steps, every, combine):
             F.cross_entropy(models[w](x), y).backward()
             opts[w].step()
         if (step + 1) % every == 0 or step + 1 == steps:
-            combine(models, (step + 1) % every != 0)
+            combine(models, (step + 1) % every != 0, opts)
     return models
 
 
@@ -88,12 +88,13 @@ def test_bmuf_matches_reference(run_overrides):
     from torch.nn.utils import parameters_to_vector as p2v, vector_to_parameters as v2p
     state = {}
 
-    def combine(models, last):
+    def combine(models, last, opts):
         avg = sum(p2v(m.parameters()).detach() for m in models) / len(models)
         start = bmuf_update(state["w"], state["delta"], avg, state["start"], eta, zeta, True)
         state["start"] = start.clone()
-        for m in models:
+        for m, opt in zip(models, opts):
             v2p(start.clone(), m.parameters())
+            opt.state.clear()  # trainer.reset_local_momentum (the default): each block starts without momentum
 
     cfg = workbench.compose(run_overrides + COMMON)
     _, _, spec = data_mod.load(cfg)
@@ -119,7 +120,7 @@ def test_sync_easgd_matches_reference(run_overrides):
     center_model = build_model(cfg, spec)
     center = list(center_model.parameters())
 
-    def combine(models, last):
+    def combine(models, last, opts):
         if last:
             return  # EASGD exchanges only after whole periods
         with torch.no_grad():

@@ -90,7 +90,7 @@ def advice(verdict: str, cfg) -> str:
         return f"optim.lr={lr:g} is too small to move the weights in this many steps: try optim.lr=0.05."
     if verdict == "did_not_learn" and cfg.get("compressor") is not None and t.name == "compressed" \
             and cfg.compressor.name == "signsgd":
-        return "a sign update is as large as the learning rate on every element: try compressor.scale=0.01 or optim.lr=0.001."
+        return "a sign update is as large as the learning rate on every element: try compressor.scale=0.002 or optim.lr=0.0001."
     if verdict == "did_not_learn":
         return f"too few or too small steps: try more trainer.epochs or optim.lr={lr * 2:g}."
     return f"the step is too large for this configuration: try optim.lr={lr / 2:g} or optim.momentum=0.5."

@@ -2,8 +2,8 @@
 element (the sign of its gradient, 0 counted as +), all-gathered; the decoded gradient is the sign
 of the vote, +1 / -1 per element (0 where the vote ties), times ``scale``. Its magnitude is 1
 whatever the gradient's, so a sign method wants a learning rate about 1e-3 to 1e-4 (Bernstein et al.)
-where SGD uses 0.05-0.1: ``scale`` (default 0.02) brings the shared ``optim.lr=0.05`` to a sign step
-of 0.001; ``compressor.scale=1`` is the paper's plain ±1 (then set ``optim.lr`` for it)."""
+where SGD uses 0.05-0.1: ``scale`` (default 0.002) brings the shared ``optim.lr=0.05`` to a sign step
+of 1e-4; ``compressor.scale=1`` is the paper's plain ±1 (then set ``optim.lr`` for it)."""
 from dataclasses import dataclass
 
 import torch
@@ -15,7 +15,7 @@ from workbench.compress import (COMPRESSORS, Compressor, CompressorConfig, check
 @dataclass
 class SignSGDConfig(CompressorConfig):
     name: str = "signsgd"
-    scale: float = 0.02  # the decoded vote is +-scale: a sign step of optim.lr * scale (> 0)
+    scale: float = 0.002  # the decoded vote is +-scale: a sign step of optim.lr * scale (> 0)
 
 
 register_compressor_schema("signsgd", SignSGDConfig)
