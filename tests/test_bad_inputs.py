@@ -80,6 +80,10 @@ BAD = [
     (["optim.lr=0.1)"], ["optim.lr"]),
     (["cluster.nproc=1,2"], ["cluster.nproc", "--multirun"]),
     (["model={a:1}"], ["model"]),
+    (["trainer=[sync,ps]"], ["trainer", "one option", "stanza"]),
+    (["model=null"], ["model", "small_cnn"]),
+    (["+trainer=ps"], ["trainer", "without '+'"]),
+    (["+optim.lr=0.2"], ["optim.lr", "without '+'"]),
     # values out of range (validate, before launch)
     (["trainer.epochs=-1"], ["trainer.epochs"]),
     (["trainer.epochs=-1", "trainer.max_steps=10"], ["trainer.epochs"]),
@@ -108,7 +112,7 @@ def _one_line(msg: str, words) -> None:
 
 
 def test_the_table_covers_every_group_and_kind():
-    assert len(BAD) >= 60
+    assert len(BAD) >= 60 and len(SAMPLE) == 4
     text = " ".join(" ".join(o) for o, _ in BAD)
     for group in ("trainer", "model", "data", "optim", "cluster", "compressor", "network", "checkpoint", "experiment", "seed"):
         assert group in text, group
@@ -135,7 +139,9 @@ def _check_cli(tmp_path, overrides, words):
     assert not list(tmp_path.iterdir()), f"{overrides}: a run directory was left behind"
 
 
-SAMPLE = [0, 21, 45, 59]  # wrong type, unknown option, +key, fault rank (the slow tier runs them all)
+# wrong type, unknown option, appended key, fault-injection rank (the slow tier runs them all)
+SAMPLE = [i for i, (o, _) in enumerate(BAD) if o in (["cluster.nproc=abc"], ["trainer=nonexistent"], ["+trainer.newkey=1"],
+                                                     ["cluster.kill_rank=7", "cluster.kill_at_step=3"])]
 
 
 @pytest.mark.parametrize("i", SAMPLE, ids=[" ".join(BAD[i][0]) for i in SAMPLE])

@@ -96,6 +96,12 @@ def explain(e: BaseException, override_list: Sequence[str], base: Callable[[], O
             return f"no config {option!r} in conf/"
         return f"unknown option {option!r} for {group}: choose from {', '.join(opts)}" if opts else \
             f"unknown option {option!r} for {group}"
+    m = re.search(r"An item is already at '([^']+)'", msg)
+    if m:
+        return f"{m.group(1)} already exists: set it without '+' ({m.group(1)}=<value>)"
+    m = re.search(r"Multiple values for (\S+?)\.", msg)
+    if m:
+        return f"{m.group(1)} is already chosen: pick another option without '+' ({m.group(1)}=<option>)"
     m = re.search(r"Could not (?:override|append to) '([^']+)'", msg)
     if m:
         return _unknown_key(m.group(1), base())
@@ -111,7 +117,13 @@ def explain(e: BaseException, override_list: Sequence[str], base: Callable[[], O
     m = re.search(r"Ambiguous value for argument '([^=']+)=", msg)
     if m:
         return f"several values for {m.group(1)} (a sweep): add --multirun to run one job per value"
-    return " ".join(_first_line(e).split())
+    # never name the internal schema entries (trainer/ps_schema): the group is what the user wrote
+    return re.sub(r"'?([\w/]+?)/\w+_schema'?", r"\1", " ".join(_first_line(e).split()))
+
+
+def _group_options(group: str) -> List[str]:
+    from workbench.config import conf_dir
+    return sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
 
 
 def check_appends(override_list: Sequence[str], cfg: DictConfig) -> None:
@@ -151,7 +163,14 @@ def compose_one_line(override_list: Sequence[str], config_name: str = "config") 
 
     overrides = list(override_list)
     for s in overrides:
-        _parse(s)  # a key without a value, bad syntax: named before Hydra's grammar report
+        o = _parse(s)  # a key without a value, bad syntax: named before Hydra's grammar report
+        key = o.key_or_group
+        if "." not in key and (conf_dir() / key).is_dir() and o.value() is None and not o.is_delete():
+            raise ConfigError(f"{key}=null is not an option: choose from {', '.join(_group_options(key))}, "
+                              f"or leave {key} out for its default")
+        if "." not in key and (conf_dir() / key).is_dir() and isinstance(o.value(), (list, dict)):
+            raise ConfigError(f"{key} takes one option, not {o.get_value_element_as_str()}: choose from "
+                              f"{', '.join(_group_options(key))} (--multirun with {key}=a,b runs each)")
 
     def run(ovs):
         with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3", job_name="workbench"):
