@@ -115,8 +115,13 @@ def precheck(argv) -> None:
     a bad override or value is one line (ConfigError) here, never Hydra's multi-line report."""
     from workbench.api import compose
     from workbench.config import validate
+    from omegaconf import OmegaConf
     for job in _jobs(argv):
-        validate(compose(job))  # warnings come from launch(), just before each job starts
+        cfg = compose(job)
+        # values read from Hydra's launcher (cluster=slurm: ${hydra:launcher.tasks_per_node}) exist
+        # only inside the job: launch() validates those there, before its ranks start
+        if "${hydra:" not in OmegaConf.to_yaml(cfg):
+            validate(cfg)  # warnings come from launch(), just before each job starts
 
 
 def main() -> None:
