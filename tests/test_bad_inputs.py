@@ -156,6 +156,7 @@ def test_bad_input_under_multirun_fails_before_any_job(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # ~80 interpreter starts (torch, Hydra): minutes on 2 shared cores
 def test_every_bad_input_through_the_cli(tmp_path):
     for k, (overrides, words) in enumerate(BAD):
         sub = tmp_path / str(k)
