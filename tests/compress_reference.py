@@ -79,7 +79,7 @@ def local(name, x, cfg, u=None, idx=None):
     if name == "randomk":
         return sparse_local(x, idx)
     if name == "signsgd":
-        return signs(x)
+        return signs(x) * np.float32(cfg.get("scale", 1.0))
     if name == "efsignsgd":
         return scaled_sign(x)
     if name == "qsgd":
@@ -94,7 +94,7 @@ def exchange(name, xs, cfg, us=None, idx=None, errors=None):
         xs = [x + e for x, e in zip(xs, errors)]
     locs = [local(name, x, cfg, None if us is None else us[r], idx) for r, x in enumerate(xs)]
     if name == "signsgd":
-        avg = majority_vote(xs)
+        avg = majority_vote(xs) * np.float32(cfg.get("scale", 1.0))
     else:
         avg = sum(locs) / np.float32(len(xs))
     new_errors = [x - l for x, l in zip(xs, locs)] if errors is not None else None

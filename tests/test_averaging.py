@@ -18,7 +18,7 @@ COMMON = ["optim.lr=0.05", "optim.momentum=0.9", "optim.weight_decay=0.001", "da
 
 def simulate_workers(overrides, workers, steps, every, combine):
     """Local SGD on ``workers`` model copies (each reading its DistributedSampler shard, as the real
-    ranks do); after every ``every``-th step (and after the last), ``combine(models, last)``."""
+    ranks do); after every ``every``-th step (and after the last), ``combine(models, last, optimizers)``."""
     cfg = workbench.compose(overrides)
     train, _, spec = data_mod.load(cfg)
     b = data_mod.batch_size_per_worker(cfg, workers)
@@ -49,19 +49,22 @@ def simulate_workers(overrides, workers, steps, every, combine):
             F.cross_entropy(models[w](x), y).backward()
             opts[w].step()
         if (step + 1) % every == 0 or step + 1 == steps:
-            combine(models, (step + 1) % every != 0)
+            combine(models, (step + 1) % every != 0, opts)
     return models
 
 
 def test_bmuf_update_formula():
     w = torch.tensor([1.0, 2.0])
     delta = torch.tensor([0.5, -0.5])
-    start = bmuf_update(w, delta, torch.tensor([2.0, 2.0]), eta=0.5, zeta=2.0, nesterov=True)
-    # G = [1, 0]; delta = 0.5*[0.5,-0.5] + 2*G = [2.25, -0.25]; W = [3.25, 1.75]; start = W + 0.5*delta
-    assert torch.allclose(delta, torch.tensor([2.25, -0.25])) and torch.allclose(w, torch.tensor([3.25, 1.75]))
-    assert torch.allclose(start, torch.tensor([4.375, 1.625]))
+    # the block started at the look-ahead point S = W + 0.5 * delta = [1.25, 1.75]
+    start = bmuf_update(w, delta, torch.tensor([2.0, 2.0]), torch.tensor([1.25, 1.75]), eta=0.5, zeta=2.0, nesterov=True)
+    # G = mean - S = [0.75, 0.25] (the block's own progress, not W's look-ahead again);
+    # delta = 0.5*[0.5,-0.5] + 2*G = [1.75, 0.25]; W = [2.75, 2.25]; next start = W + 0.5*delta
+    assert torch.allclose(delta, torch.tensor([1.75, 0.25])) and torch.allclose(w, torch.tensor([2.75, 2.25]))
+    assert torch.allclose(start, torch.tensor([3.625, 2.375]))
     w2, d2 = torch.tensor([1.0]), torch.tensor([0.0])
-    assert torch.allclose(bmuf_update(w2, d2, torch.tensor([3.0]), eta=0.0, zeta=1.0, nesterov=False), torch.tensor([3.0]))
+    assert torch.allclose(bmuf_update(w2, d2, torch.tensor([3.0]), w2.clone(), eta=0.0, zeta=1.0, nesterov=False),
+                          torch.tensor([3.0]))
 
 
 def test_local_sgd_every_step_without_momentum_is_sync_sgd(run_overrides):
@@ -85,17 +88,19 @@ def test_bmuf_matches_reference(run_overrides):
     from torch.nn.utils import parameters_to_vector as p2v, vector_to_parameters as v2p
     state = {}
 
-    def combine(models, last):
+    def combine(models, last, opts):
         avg = sum(p2v(m.parameters()).detach() for m in models) / len(models)
-        start = bmuf_update(state["w"], state["delta"], avg, eta, zeta, True)
-        for m in models:
+        start = bmuf_update(state["w"], state["delta"], avg, state["start"], eta, zeta, True)
+        state["start"] = start.clone()
+        for m, opt in zip(models, opts):
             v2p(start.clone(), m.parameters())
+            opt.state.clear()  # trainer.reset_local_momentum (the default): each block starts without momentum
 
     cfg = workbench.compose(run_overrides + COMMON)
     _, _, spec = data_mod.load(cfg)
     seed_everything(cfg.seed)
     w0 = torch.nn.utils.parameters_to_vector(build_model(cfg, spec).parameters()).detach().clone()
-    state["w"], state["delta"] = w0, torch.zeros_like(w0)  # W starts at the common initial weights
+    state["w"], state["delta"], state["start"] = w0, torch.zeros_like(w0), w0.clone()  # W starts at the common initial weights
     models = simulate_workers(run_overrides + COMMON, 2, steps, block, combine)
     v2p(state["w"], models[0].parameters())
     ref = {k: v.detach() for k, v in models[0].state_dict().items()}
@@ -115,7 +120,7 @@ def test_sync_easgd_matches_reference(run_overrides):
     center_model = build_model(cfg, spec)
     center = list(center_model.parameters())
 
-    def combine(models, last):
+    def combine(models, last, opts):
         if last:
             return  # EASGD exchanges only after whole periods
         with torch.no_grad():

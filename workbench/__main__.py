@@ -11,6 +11,13 @@
 
 Exit status: 0 completed, 1 failed (the failed rank is named), 2 invalid config (nothing started),
 3 diverged (NaN/inf loss).
+
+Every bad input (an unknown key, option or type, a value out of range) is one line on stderr,
+``workbench: error: ...``, naming the key and the valid choices; nothing starts, no run directory
+is left. A configuration known to be unstable (asynchronous updates with momentum above the bound
+of workbench/stability.py) gets one ``workbench: warning:`` line and runs anyway. The last lines of
+a run: the summary, ``verdict: learned | did_not_learn | unstable | diverged (why); what to try``,
+and the run directory.
 """
 from __future__ import annotations
 
@@ -23,6 +30,7 @@ from omegaconf import DictConfig
 
 import workbench.trainers  # noqa: F401  (registers the trainers' config schemas before Hydra composes)
 from workbench.config import ConfigError, conf_dir
+from workbench.verdict import line as verdict_line
 
 
 def summary_paragraph(s) -> str:
@@ -61,8 +69,12 @@ def _run_and_report(start, on_config_error=None) -> None:
         raise SystemExit(2)
     except RunFailed as e:
         print(f"workbench: {e}", file=sys.stderr)
+        if verdict_line(e.run.summary):
+            print(verdict_line(e.run.summary), file=sys.stderr)
         raise SystemExit(3 if e.run.status == "diverged" else 1)
     print(summary_paragraph(run.summary))
+    if verdict_line(run.summary):
+        print(verdict_line(run.summary))
     print(f"run directory: {run.path}")
 
 
@@ -76,11 +88,48 @@ def _resume_cli(argv) -> None:
     _run_and_report(lambda: resume(a.run_dir))
 
 
+def _jobs(argv) -> list:
+    """The override lists Hydra will run (one per --multirun job), or [] when argv is not a plain
+    run (--help, --info, ... or arguments Hydra itself will reject)."""
+    from hydra._internal.utils import get_args_parser
+    try:
+        args, unknown = get_args_parser().parse_known_args(argv)
+    except SystemExit:
+        return []
+    if args.help or args.hydra_help or args.info or args.shell_completion or args.experimental_rerun or unknown:
+        return []
+    if not args.multirun:
+        return [args.overrides]
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    try:
+        parsed = OverridesParser.create().parse_overrides(args.overrides)
+        return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+    except HydraException:
+        return [args.overrides]  # compose names the bad one
+
+
+def precheck(argv) -> None:
+    """Compose and validate every job before Hydra creates a run directory or starts a process:
+    a bad override or value is one line (ConfigError) here, never Hydra's multi-line report."""
+    from workbench.api import compose
+    from workbench.config import validate
+    from omegaconf import OmegaConf
+    for job in _jobs(argv):
+        cfg = compose(job)
+        # values read from Hydra's launcher (cluster=slurm: ${hydra:launcher.tasks_per_node}) exist
+        # only inside the job: launch() validates those there, before its ranks start
+        if "${hydra:" not in OmegaConf.to_yaml(cfg):
+            validate(cfg)  # warnings come from launch(), just before each job starts
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "resume":
         return _resume_cli(sys.argv[2:])
     try:
         path = str(conf_dir())
+        precheck(sys.argv[1:])
     except ConfigError as e:
         print(f"workbench: error: {e}", file=sys.stderr)
         raise SystemExit(2)

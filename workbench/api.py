@@ -18,17 +18,5 @@ def compose(overrides: Optional[Iterable[str]] = None, config_name: str = "confi
 
     Raises :class:`~workbench.config.ConfigError` (one line: the bad key or option and the valid
     choices) instead of Hydra's multi-line report."""
-    from hydra import compose as hydra_compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    import workbench.trainers  # noqa: F401  (registers the trainers' config schemas)
-    from workbench.config import ConfigError, conf_dir
-
-    overrides = list(overrides or [])
-    try:
-        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3", job_name="workbench"):
-            cfg = hydra_compose(config_name=config_name, overrides=overrides)
-    except (HydraException, OmegaConfBaseException) as e:
-        raise ConfigError(" ".join(str(e).split())) from None
-    return cfg
+    from workbench.overrides import compose_one_line
+    return compose_one_line(list(overrides or []), config_name)

@@ -204,6 +204,13 @@ def _validate(cfg: DictConfig) -> None:
         _check(torch.cuda.is_available(), "cluster.backend" if c.backend == "nccl" else "cluster.device",
                c.backend if c.backend == "nccl" else c.device, "CUDA is not available on this machine; use auto or gloo/cpu")
 
+    world = c.nproc * c.nnodes
+    _check(c.kill_rank == -1 or 0 <= c.kill_rank < world, "cluster.kill_rank", c.kill_rank,
+           f"must be -1 (no fault injection) or a rank in [0, {world - 1}]")
+    _check(c.kill_at_step == -1 or c.kill_at_step >= 1, "cluster.kill_at_step", c.kill_at_step,
+           "must be -1 (no fault injection) or a step >= 1")
+    _check((c.kill_rank == -1) == (c.kill_at_step == -1), "cluster.kill_rank", c.kill_rank,
+           "set cluster.kill_rank and cluster.kill_at_step together (both -1: no fault injection)")
     for r in c.straggler_ranks:
         _check(0 <= r < c.nproc * c.nnodes, "cluster.straggler_ranks", list(c.straggler_ranks),
                f"ranks must be in [0, {c.nproc * c.nnodes - 1}]")
@@ -229,6 +236,7 @@ def _validate(cfg: DictConfig) -> None:
 
     t = cfg.trainer
     _check(t.name in trainer_reg.TRAINERS, "trainer.name", t.name, f"choose from {', '.join(sorted(trainer_reg.TRAINERS))}")
+    _check(t.epochs >= 0, "trainer.epochs", t.epochs, "must be >= 0 (0: set trainer.max_steps > 0)")
     _check(t.epochs > 0 or t.max_steps > 0, "trainer.epochs", t.epochs, "must be > 0 (or set trainer.max_steps > 0)")
     _check(t.max_steps >= 0, "trainer.max_steps", t.max_steps, "must be >= 0")
     _check(t.eval_every >= 1, "trainer.eval_every", t.eval_every, "must be >= 1")
@@ -259,6 +267,13 @@ def _validate(cfg: DictConfig) -> None:
     trainer_cls.validate(cfg)
     from workbench import compress as compress_reg
     compress_reg.validate_config(cfg, trainer_cls)  # known compressor, a trainer that uses it, its ranges
+
+
+def warnings(cfg: DictConfig) -> List[str]:
+    """Configurations known to be unstable, one line each: printed before launch, never refused
+    (reproducing a paper's failure is a legitimate run). See :mod:`workbench.stability`."""
+    from workbench.stability import warnings as stability_warnings
+    return stability_warnings(cfg)
 
 
 def to_yaml(cfg: DictConfig) -> str:

@@ -104,7 +104,7 @@ def load(paths="experiments", by: Optional[Sequence[str]] = None, completed_only
 def summary_table(runs: pd.DataFrame, columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
     """One readable row per run: accuracy, throughput, MiB per step, wall time."""
     cols = columns or ["label", "paradigm", "workers", "steps", "final_test_accuracy", "samples_per_s",
-                       "bytes_per_step", "wall_time_s", "status"]
+                       "bytes_per_step", "wall_time_s", "status", "verdict"]
     out = runs[[c for c in cols if c in runs]].copy()
     if "bytes_per_step" in out:
         out["bytes_per_step"] = out["bytes_per_step"] / MiB

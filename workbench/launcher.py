@@ -151,6 +151,9 @@ def launch(cfg: DictConfig, run_dir: Optional[os.PathLike] = None, progress: Opt
 
     validate(cfg)
     tracking.preflight(cfg)
+    from workbench.config import warnings
+    for w in warnings(cfg):  # known-unstable settings: said once, before launch, never refused
+        print(f"workbench: warning: {w}", file=sys.stderr)
     starter = STARTERS[cfg.network.starter or cfg.cluster.starter]()
     starter.check(cfg)
     run_dir = Path(run_dir) if run_dir is not None else runstore.new_run_dir(cfg)
@@ -191,6 +194,9 @@ def launch(cfg: DictConfig, run_dir: Optional[os.PathLike] = None, progress: Opt
         summary = {**run.partial_summary(), **summary, **error, "status": status,
                    "wall_time_s": time.time() - t0, "run_dir": str(run_dir)}
     summary["bytes_by_rank"] = run.rank_totals()
+    if "verdict" not in summary:  # rank 0 never got to write it (a failed run): judge what it logged
+        from workbench import verdict
+        summary.update(verdict.summarize(run.records(), cfg, summary.get("status")))
     runstore.write_json(run_dir / "summary.json", summary)
     tracking.finalise(cfg, run_dir, summary)
     if error is not None and check:

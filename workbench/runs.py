@@ -119,8 +119,9 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 
 
 def load_runs(paths: Union[str, Path, Iterable] = "experiments") -> pd.DataFrame:
-    """One row per run found under ``paths`` (directories or globs): the summary's fields plus the
-    resolved config flattened as ``cfg.<key>`` columns."""
+    """One row per run found under ``paths`` (directories or globs): the summary's fields (among
+    them ``verdict``: learned | did_not_learn | unstable | diverged, see :mod:`workbench.verdict`)
+    plus the resolved config flattened as ``cfg.<key>`` columns."""
     from omegaconf import OmegaConf
     rows = []
     for d in _run_dirs(paths):
@@ -128,9 +129,13 @@ def load_runs(paths: Union[str, Path, Iterable] = "experiments") -> pd.DataFrame
         s = run.summary or {"status": "running-or-lost"}
         s = {k: v for k, v in s.items() if k not in ("bytes_by_category", "bytes_by_rank")}
         try:
-            cfg = _flatten(OmegaConf.to_container(run.config, resolve=True), "cfg.")
+            config = run.config
+            cfg = _flatten(OmegaConf.to_container(config, resolve=True), "cfg.")
         except Exception:
-            cfg = {}
+            config, cfg = None, {}
+        if "verdict" not in s and config is not None and s.get("status") != "running-or-lost":
+            from workbench import verdict  # runs written before summaries carried one
+            s.update(verdict.summarize(run.records(), config, s.get("status")))
         rows.append({"run_dir": str(d), "run": d.name, **s, **cfg})
     return _pd().DataFrame(rows)
 

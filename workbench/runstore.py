@@ -182,6 +182,19 @@ class RunLog:
             w.f.close()
             w.f = open(path, "a", buffering=1 << 16)
 
+    def records(self) -> list:
+        """This run's metrics.jsonl records so far (rank 0; [] elsewhere)."""
+        path = self.run_dir / "metrics.jsonl"
+        if not self.main or not path.exists():
+            return []
+        out = []
+        for line in path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut short by a crash
+                pass
+        return out
+
     def comm_step(self, step: int, window: dict, **extra) -> None:
         self.comm.write({"step": step, "rank": self.rank, **extra, "comm": window})
 

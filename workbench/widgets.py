@@ -123,7 +123,9 @@ def launch_button(overrides, description: str = "Launch", on_done: Optional[Call
             try:
                 ov = overrides() if callable(overrides) else overrides
                 run = workbench.launch(workbench.compose(ov), progress=True)
+                from workbench.verdict import line
                 print(run.summary.get("status"), run.path)
+                print(line(run.summary))  # learned / did_not_learn / unstable / diverged, and what to try
                 if on_done:
                     on_done(run)
             except (workbench.ConfigError, workbench.RunFailed) as e:

@@ -119,6 +119,8 @@ def main(argv=None) -> int:
         runstore.write_json(run_dir / "ranks" / f"rank{info.rank}_totals.json",
                             {"rank": info.rank, "status": status, "comm": meter.totals()})
     if info.rank == 0:
+        from workbench import verdict
+        summary.update(verdict.summarize(log.records(), cfg, status))  # metrics.jsonl is closed: complete
         runstore.write_json(run_dir / "summary.json", {**summary, "run_dir": str(run_dir)})
     if code == 0:
         # Shut down only after a clean finish (after a failure the peers may already be gone), and

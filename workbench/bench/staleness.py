@@ -28,7 +28,7 @@ def protocols(lam: int, tiny: bool = False) -> list:
     ps = lam + 1
     rows = [("sync (all-reduce)", ["trainer=sync"], lam),
             ("hardsync (ps sync)", ["trainer=ps", "trainer.mode=sync"], ps),
-            (f"async (Downpour) = {lam}-softsync", ["trainer=ps", "trainer.mode=async"], ps)]
+            (f"async (Downpour) = {lam}-softsync", ["trainer=ps", "trainer.mode=async", "trainer.compensate_momentum=false"], ps)]
     if tiny:
         return rows
     mids = sorted({n for n in (1, 2, lam // 2) if 1 <= n < lam})

@@ -4,10 +4,13 @@ Every rank trains its own copy with local SGD (the run's optimizer and schedule)
 ``trainer.block`` local steps one metered all-reduce (category ``allreduce``) averages the models,
 and the global model W is filtered with block momentum η and block learning rate ζ:
 
-    W̄ = mean of the workers' models,   G = W̄ − W,   Δ ← ηΔ + ζG,   W ← W + Δ
+    W̄ = mean of the workers' models,   G = W̄ − S,   Δ ← ηΔ + ζG,   W ← W + Δ
 
-Workers start the next block from W (``nesterov=false``) or from W + ηΔ (``nesterov=true``, the
-paper's Nesterov variant). η = null picks the paper's 1 − 1/N. ``trainer=local_sgd`` is the same
+where S is the point the block started from. Workers start the next block from S = W
+(``nesterov=false``) or from S = W + ηΔ (``nesterov=true``, the paper's Nesterov variant). G is the
+block's own progress, measured from S as in Chen & Huo and CNTK's BlockMomentumSGD: measured from W
+instead, the look-ahead ηΔ would be counted again in every block (momentum 2η, > 1 for the default
+η = 0.75 with 4 workers: NaN after ~70 steps on the digits). η = null picks the paper's 1 − 1/N. ``trainer=local_sgd`` is the same
 trainer with η = 0, ζ = 1: plain periodic model averaging. Evaluation and ``model.pt`` use W; a
 last, shorter block closes the run when the step count is not a multiple of the block.
 
@@ -36,6 +39,7 @@ class BMUFConfig(TrainerConfig):
     block_momentum: Optional[float] = None  # eta in [0, 1); null: 1 - 1/N (N workers)
     block_lr: float = 1.0  # zeta > 0
     nesterov: bool = True  # start each block from W + eta * Delta
+    reset_local_momentum: bool = True  # zero the local optimizer's momentum at each block start (CNTK's default)
 
 
 @dataclass
@@ -44,16 +48,18 @@ class LocalSGDConfig(BMUFConfig):
     block_momentum: Optional[float] = 0.0
     block_lr: float = 1.0
     nesterov: bool = False
+    reset_local_momentum: bool = False  # plain periodic averaging keeps each worker's momentum
 
 
 register_trainer_schema("bmuf", BMUFConfig)
 register_trainer_schema("local_sgd", LocalSGDConfig)
 
 
-def bmuf_update(global_w: torch.Tensor, delta: torch.Tensor, mean_w: torch.Tensor, eta: float, zeta: float,
-                nesterov: bool) -> torch.Tensor:
-    """One block update in place on ``global_w`` and ``delta``; returns where workers restart."""
-    delta.mul_(eta).add_(mean_w - global_w, alpha=zeta)
+def bmuf_update(global_w: torch.Tensor, delta: torch.Tensor, mean_w: torch.Tensor, start: torch.Tensor, eta: float,
+                zeta: float, nesterov: bool) -> torch.Tensor:
+    """One block update in place on ``global_w`` and ``delta``, for a block that started at
+    ``start``; returns where workers start the next block."""
+    delta.mul_(eta).add_(mean_w - start, alpha=zeta)
     global_w.add_(delta)
     return global_w + eta * delta if nesterov else global_w.clone()
 
@@ -89,6 +95,7 @@ class BMUFTrainer(Trainer):
         self.global_model = copy.deepcopy(self.model)  # W: what is evaluated and saved
         w = parameters_to_vector(self.model.parameters()).detach()
         self.delta = torch.zeros_like(w)
+        self.start = w.clone()  # S: where this block's local training started
         self.local_steps = 0
 
     def eval_model(self):
@@ -97,12 +104,13 @@ class BMUFTrainer(Trainer):
     def state_dict(self) -> dict:
         # base: the global model W and the local optimizer; a block in progress needs the rest
         return {**super().state_dict(), "local": self.model.state_dict(), "delta": self.delta.clone(),
-                "local_steps": self.local_steps}
+                "start": self.start.clone(), "local_steps": self.local_steps}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.model.load_state_dict(state["local"])
         self.delta.copy_(state["delta"])
+        self.start.copy_(state.get("start", parameters_to_vector(self.global_model.parameters()).detach()))
         self.local_steps = int(state["local_steps"])
 
     def sync_block(self) -> None:
@@ -110,10 +118,16 @@ class BMUFTrainer(Trainer):
         self.meter.all_reduce(avg, "allreduce")
         avg.div_(self.workers)
         w = parameters_to_vector(self.global_model.parameters()).detach()
-        start = bmuf_update(w, self.delta, avg, self.eta, self.cfg.trainer.block_lr, self.cfg.trainer.nesterov)
+        start = bmuf_update(w, self.delta, avg, self.start, self.eta, self.cfg.trainer.block_lr, self.cfg.trainer.nesterov)
+        self.start = start.clone()
         with torch.no_grad():
             vector_to_parameters(w, self.global_model.parameters())
             vector_to_parameters(start, self.model.parameters())
+        if self.cfg.trainer.reset_local_momentum:
+            # the block filter carries the momentum across blocks; a local buffer kept across the
+            # jump to the new start would apply it twice
+            for state in self.optimizer.state.values():
+                state.pop("momentum_buffer", None)
 
     def train_step(self, x, y):
         self.optimizer.zero_grad(set_to_none=True)

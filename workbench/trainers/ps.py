@@ -37,6 +37,9 @@ class PSConfig(TrainerConfig):
     name: str = "ps"
     num_servers: int = 1  # server ranks (the last ones); the rest are workers
     mode: str = "sync"  # sync: average one gradient per worker, then update | async: apply each on arrival
+    # async: the servers run optim.momentum - (1 - 1/lambda) (>= 0), because asynchrony adds an
+    # implied momentum of 1 - 1/lambda (Mitliagkas et al. 2016); false: plain Downpour
+    compensate_momentum: bool = True
 
 
 register_trainer_schema("ps", PSConfig)
@@ -49,7 +52,11 @@ class GradientPSTrainer(PSTrainer):
         raise NotImplementedError  # pragma: no cover - abstract
 
     def make_rule(self, params: torch.Tensor, total_steps: int) -> GradientRule:
-        optim = self.cfg.optim
+        from omegaconf import OmegaConf
+
+        from workbench.stability import explicit_momentum
+        mu = explicit_momentum(self.cfg)
+        optim = OmegaConf.merge(self.cfg.optim, {"momentum": mu, "nesterov": bool(self.cfg.optim.nesterov and mu > 0)})
         return GradientRule(params, self.worker_ranks, **self.rule_options(),
                             make_optimizer=lambda ps: build_optimizer(ps, optim),
                             lr_fn=lambda step: lr_at(optim, step, total_steps, self.global_batch))

@@ -43,6 +43,7 @@ class StalenessConfig(PSConfig):
     lr_modulation: str = "none"  # none | per_gradient (lr/tau) | mean (lr/<tau> of the update)
     max_staleness: Optional[int] = None  # enforced bound s on tau (null: unbounded)
     on_stale: str = "block"  # block: fast workers wait (SSP) | drop: discard gradients older than s
+    compensate_momentum: bool = False  # Rudra's protocols as published: optim.momentum as given
 
 
 register_trainer_schema("staleness", StalenessConfig)
