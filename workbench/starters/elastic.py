@@ -15,6 +15,32 @@ from workbench.config import ConfigError
 from workbench.starters import STARTERS, Starter
 
 
+def _report_every_failed_rank() -> None:
+    """torch's ``MultiprocessContext`` (the agent's handle on forked ranks) reports only the first
+    failed rank that ``multiprocessing`` hands back, in rank order: when a killed rank 2 and rank 0,
+    which lost it, have both exited by the agent's next look, only rank 0's communication error is
+    seen. The subprocess context reports every failed rank, and :func:`describe_failure` needs them
+    all to name the cause; so after a failure, add every other rank that did not exit cleanly (all
+    have been joined by then)."""
+    from torch.distributed.elastic.multiprocessing.api import MultiprocessContext
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+    if getattr(MultiprocessContext._poll, "_workbench", False):
+        return
+    poll = MultiprocessContext._poll
+
+    def _poll(self):
+        result = poll(self)
+        if result is not None and result.failures and self._pc is not None:
+            for r, proc in enumerate(self._pc.processes):
+                if r not in result.failures and proc.exitcode not in (0, None):
+                    result.failures[r] = ProcessFailure(local_rank=r, pid=proc.pid, exitcode=proc.exitcode,
+                                                        error_file=self.error_files[r])
+        return result
+
+    _poll._workbench = True
+    MultiprocessContext._poll = _poll
+
+
 @STARTERS.register("elastic")
 class ElasticStarter(Starter):
     def check(self, cfg) -> None:
@@ -36,6 +62,7 @@ class ElasticStarter(Starter):
         from workbench.launcher import describe_failure, free_port
         c = cfg.cluster
         multiprocessing.get_context("forkserver").set_forkserver_preload(worker.FORKSERVER_PRELOAD)
+        _report_every_failed_rank()
         endpoint = f"{c.master_addr}:{c.master_port or free_port(c.master_addr)}"
         lc = LaunchConfig(
             min_nodes=c.nnodes, max_nodes=c.nnodes, nproc_per_node=c.nproc, run_id=run_dir.name,
