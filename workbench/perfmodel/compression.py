@@ -309,8 +309,13 @@ def calibrate(baseline_run, in_situ: bool = True) -> tuple:
     step = _median(r["step_time"] for r in recs)
     backward = _median(r["backward_ms"] / 1e3 for r in recs)
     work = Workload(backward_s=cal["backward_compute_s"], bucket_bytes=[b["dense_bytes"] for b in buckets], workers=p,
-                    other_s=step - backward)
+                    other_s=0.0)
     comm = comm_times(work, net)
+    # T_other is what the step spends outside max(λ·T_comp, ΣT_comm): step − backward while backward
+    # outlasts the exchange, step − ΣT_comm when the exchange runs past it (a loaded machine's slower
+    # collectives). Taking step − backward there counted the tail twice: the baseline then "predicted"
+    # itself 15 % slow.
+    work = replace(work, other_s=step - max(backward, sum(comm)))
     # λ: backward took longer than its compute alone, and more than the network explains; for the
     # hook-overlap form, longer than its compute and the last bucket's exchange (backward_phase
     # solved for λ)
