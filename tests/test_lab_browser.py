@@ -43,6 +43,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(1800)]
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 WAIT_S = 900  # a run of every cell on a loaded 2-core CI machine; the check never depends on speed
+# Steps per quickstart run: enough that a run lasts several of the test's half-second looks (a rank forked
+# from the forkserver trains 240 steps in about 2 s here, and the bar went from 0 to the end unseen).
+STEPS = 1500
 # Lab settings of the throw-away profile: every cell in the DOM (no windowing: off-screen outputs
 # would not be rendered), and no news / update check (the machine may have no network).
 LAB_SETTINGS = {
@@ -94,7 +97,7 @@ def lab(tmp_path_factory):
     nbs, runs = work / "notebooks", work / "experiments"
     nbs.mkdir()
     _set_parameters(ROOT / "notebooks" / "00_quickstart.ipynb", nbs / "00_quickstart.ipynb",
-                    trainers=["sync", "local_sgd"], max_steps=240, eval_every=80, output_root=str(runs))
+                    trainers=["sync", "local_sgd"], max_steps=STEPS, eval_every=STEPS // 3, output_root=str(runs))
     _set_parameters(ROOT / "notebooks" / "50_tradeoff_dashboard.ipynb", nbs / "50_tradeoff_dashboard.ipynb",
                     runs_glob=str(runs / "runs" / "**"), min_runs=2, max_steps=20, output_root=str(runs))
     settings = work / "settings"
@@ -302,8 +305,8 @@ def test_quickstart_in_jupyterlab(browser, lab):
     nb.check_kernel_package()
     # (a) a bar per run, seen part-way (it advanced while the ranks trained), and at the end full
     totals = {t for _, t in seen}
-    assert totals == {240}, f"progress widgets seen: {seen}"
-    assert any(0 < n < 240 for n, _ in seen), f"never saw a progress bar part-way: {seen}"
+    assert totals == {STEPS}, f"progress widgets seen: {seen}"
+    assert any(0 < n < STEPS for n, _ in seen), f"never saw a progress bar part-way: {seen}"
     final = nb.progress_bars()
     assert len(final) == 2 and all(n == t for n, t in final), f"bars at the end: {final}"
     # (b) every figure drew its traces
