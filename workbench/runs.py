@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import glob as globmod
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, List, Optional, Union
 
@@ -46,15 +45,7 @@ class Run:
         return runstore.read_json(self.path / "env.json")
 
     def records(self) -> List[dict]:
-        out = []
-        p = self.path / "metrics.jsonl"
-        if p.exists():
-            for line in p.read_text().splitlines():
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:  # a line cut short by a crash
-                    pass
-        return out
+        return runstore.read_jsonl(self.path / "metrics.jsonl")
 
     def metrics(self) -> pd.DataFrame:
         """metrics.jsonl as a DataFrame; ``comm`` is flattened to ``bytes.<category>`` / ``comm_time.<category>``."""

@@ -63,6 +63,18 @@ def read_json(path: Path):
         return None
 
 
+def read_jsonl(path) -> list:
+    """Every whole record of a JSON-lines file ([] if there is none); a line cut short by a crash is skipped."""
+    out = []
+    path = Path(path)
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass
+    return out
+
+
 def _git_commit() -> dict:
     root = Path(__file__).resolve().parent.parent
     try:
@@ -184,16 +196,7 @@ class RunLog:
 
     def records(self) -> list:
         """This run's metrics.jsonl records so far (rank 0; [] elsewhere)."""
-        path = self.run_dir / "metrics.jsonl"
-        if not self.main or not path.exists():
-            return []
-        out = []
-        for line in path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:  # a line cut short by a crash
-                pass
-        return out
+        return read_jsonl(self.run_dir / "metrics.jsonl") if self.main else []
 
     def comm_step(self, step: int, window: dict, **extra) -> None:
         self.comm.write({"step": step, "rank": self.rank, **extra, "comm": window})
