@@ -39,18 +39,18 @@ ALL = [
     ("overhead", ["--repeats", "5"]),
     ("overhead", ["--e2e", "--repeats", "5"]),
     ("overhead", ["--model", "resnet18", "--data", "synthetic", "--steps", "25", "--skip", "5", "--repeats", "3"]),
-    ("staleness", ["--workers", "4"]),
-    ("staleness", ["--workers", "8"]),
-    ("bytes", []),
+    ("staleness", ["--workers", "4", "--repeats", "3"]),
+    ("staleness", ["--workers", "8", "--repeats", "3"]),
+    ("bytes", []),  # bytes are exact: one run each; its samples/s column is a by-product, not a timed figure
     ("bytes", ["--models", "small_cnn,resnet18", "--workers", "8", "--compressors", "none,powersgd"]),
     ("bytes", ["--models", "vgg16", "--workers", "3", "--compressors", "none"]),
-    ("stanza", ["--model", "alexnet", "--nproc", "4"]),
-    ("stanza", ["--model", "vgg16", "--nproc", "4"]),
-    ("stanza", ["--model", "alexnet", "--nproc", "5"]),
+    ("stanza", ["--model", "alexnet", "--nproc", "4", "--repeats", "3"]),
+    ("stanza", ["--model", "vgg16", "--nproc", "4", "--repeats", "3"]),
+    ("stanza", ["--model", "alexnet", "--nproc", "5", "--repeats", "3"]),
     ("compression", ["--models", "resnet18", "--repeats", "3"]),
-    ("compression", ["--models", "vgg16"]),
+    ("compression", ["--models", "vgg16", "--repeats", "3"]),
     ("planner", []),
-    ("bandwidth", []),  # root: emulated links
+    ("bandwidth", ["--repeats", "3"]),  # root: emulated links
 ]
 
 

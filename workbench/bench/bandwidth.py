@@ -4,6 +4,7 @@ crossover bandwidth measured next to the one the utility model predicts.
 
     python -m workbench.bench bandwidth --write                          # resnet18 and vgg16, N = 3 workers
     python -m workbench.bench bandwidth --models resnet18 --bandwidths 50mbit,200mbit,1gbit
+    python -m workbench.bench bandwidth --repeats 3 --write              # 3 interleaved rounds: medians + spread
     python -m workbench.bench bandwidth --tiny                           # CI smoke: small_cnn, 2 workers, 2 rates
 
 At each rate, for each model (CIFAR-size synthetic data; small_cnn on the digits), on N workers:
@@ -61,6 +62,7 @@ def main(argv=None) -> None:
     p.add_argument("--batch", type=int, default=16, help="samples per worker per step")
     p.add_argument("--steps", type=int, default=5, help="steps per run; the first 2 are warm-up")
     p.add_argument("--compressors", default=",".join(COMPRESSORS))
+    p.add_argument("--repeats", type=int, default=1, help="interleaved rounds over all runs; medians + spread")
     p.add_argument("--calibrate-at", help="link rate of the utility model's calibration run (default: the highest)")
     p.add_argument("--from-runs", action="store_true", help="no new runs: rebuild the tables from <out>/bandwidth-<N>w/"
                    "index.json (the runs and link probes of the last sweep)")
@@ -100,20 +102,26 @@ def main(argv=None) -> None:
     else:
         probes, entries = {}, []
         from workbench.network.calibrate import calibrate as probe_link
-        for model, rate, label, kind, c in jobs:
+        for i, (model, rate, label, kind, c) in enumerate(j for _ in range(a.repeats) for j in jobs):
+            if kind == "calibration" and i >= len(jobs):
+                continue  # the model's calibration is not a timed row: once is enough
             if rate not in probes:
                 res = probe_link(a.workers, rate, sizes_mb=(PROBE_MB,), repeats=2)
                 probes[rate] = next(r for r in res["rows"] if r["kind"] == "allreduce")["achieved_bits_per_s"]
                 print(f"link probe {rate}: all-reduce {probes[rate] / 1e6:,.0f} Mbit/s "
                       f"({probes[rate] / parse_rate(rate):.0%} of the rate)", flush=True)
             run = workbench.launch(c, progress=False, check=False)
-            entries.append({"model": model, "rate": rate, "label": label, "kind": kind, "run_dir": str(run.path)})
+            entries.append({"model": model, "rate": rate, "label": label, "kind": kind, "run_dir": str(run.path),
+                            "round": i // len(jobs)})
             index.write_text(json.dumps({"probes": probes, "runs": entries}, indent=1))
             if kind != "calibration":
                 report.progress(row(entries[-1], run, probes))
     loaded = [(e, Run(e["run_dir"])) for e in entries]  # each run's summary and records read once
     runs = {(e["model"], e["rate"], e["kind"]): r for e, r in loaded if r.summary.get("status") == "completed"}
-    rows = [row(e, r, probes) for e, r in loaded if e["kind"] != "calibration"]
+    rows = report.merge_repeats(
+        [[row(e, r, probes) for e, r in loaded if e["kind"] != "calibration" and e.get("round", 0) == i]
+         for i in range(max((e.get("round", 0) for e in entries), default=0) + 1)],
+        lambda r: (r["model"], r["bandwidth"], r["run"]), ["samples/s"])
 
     crossings, winners = [], []
     for model, (rates, cal_rate) in plan.items():
@@ -144,7 +152,8 @@ def main(argv=None) -> None:
                             "winner": best["run"], "samples/s": best["samples/s"],
                             "stanza / ps": round(by["stanza"] / by["ps"], 2) if by.get("stanza") and by.get("ps") else None,
                             "powersgd / sync": round(by["powersgd"] / by["sync"], 2) if by.get("powersgd") and by.get("sync") else None})
-    cols = ["model", "bandwidth", "link", "run", "samples/s", "vs sync", "predicted samples/s", "error", "status"]
+    cols = ["model", "bandwidth", "link", "run", "samples/s"] + (["samples/s spread", "repeats"] if len(
+        {e.get("round", 0) for e in entries}) > 1 else []) + ["vs sync", "predicted samples/s", "error", "status"]
     tables = [report.Table(f"sweep_N{a.workers}", f"samples/s per paradigm and link rate, N = {a.workers} workers, batch "
                            f"{a.batch} per worker, {a.steps} steps (link: all-reduce bus bandwidth the probe achieved, "
                            "of the rate; predicted: the compression-utility model)", rows, cols),

@@ -41,6 +41,38 @@ def within(rows: list, col: str, limit_pct: float = 20.0, skip=lambda r: False) 
     return f"{len(ok)} of {len(vals)} rows within ±{limit_pct:g} % ({col})"
 
 
+def merge_repeats(rounds: list, key, timed: list) -> list:
+    """One row per ``key`` from interleaved rounds of the same runs: every number is the median over
+    the rounds that have it, and each ``timed`` column gains ``<col> spread``, the rounds' min–max, so
+    a table shows how far one run may move. ``key``: a column name, or a function of a row. A single
+    round is returned as it is (nothing to merge)."""
+    import statistics
+    if len(rounds) == 1:
+        return list(rounds[0])
+    keyf = key if callable(key) else (lambda r: r.get(key))
+    groups: dict = {}
+    for rows in rounds:
+        for r in rows:
+            groups.setdefault(keyf(r), []).append(r)
+    out = []
+    for rows in groups.values():
+        merged = dict(rows[0])
+        for col in dict.fromkeys(c for r in rows for c in r):
+            vals = [r[col] for r in rows if isinstance(r.get(col), (int, float)) and not isinstance(r.get(col), bool)]
+            if vals:
+                med = statistics.median(vals)
+                merged[col] = type(vals[0])(med) if isinstance(vals[0], int) and med == int(med) else round(med, 4)
+            if col in timed:
+                merged[f"{col} spread"] = f"{_fmt(float(min(vals)))}–{_fmt(float(max(vals)))}" if vals else None
+            elif not vals and len({str(r.get(col)) for r in rows}) > 1:  # text that differs: say so
+                merged[col] = " / ".join(dict.fromkeys(str(r.get(col)) for r in rows))
+        merged = {k: v for c in merged if not c.endswith(" spread")
+                  for k, v in ((c, merged[c]), (f"{c} spread", merged.get(f"{c} spread"))) if k in merged}
+        merged["repeats"] = f"{len([r for r in rows if any(isinstance(r.get(c), (int, float)) for c in timed)])}/{len(rows)}"
+        out.append(merged)
+    return out
+
+
 def data_overrides(model: str, batch: int, samples: int = 256) -> list:
     """The suites' data: the digits for the models made for 8×8 inputs, CIFAR-size synthetic data
     (3×32×32, 10 classes) for the others."""

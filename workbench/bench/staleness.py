@@ -6,6 +6,7 @@ after how many bytes sent per worker.
 
     python -m workbench.bench staleness                       # λ = 4 workers (+1 server), 300 steps each
     python -m workbench.bench staleness --workers 8 --write   # λ = 8, and update BENCHMARKS.md
+    python -m workbench.bench staleness --repeats 3 --write   # 3 interleaved rounds: medians and spread
     python -m workbench.bench staleness --tiny                # the CI smoke version (2 workers, 3 protocols)
 
 λ workers + 1 server (``trainer=sync`` runs on the λ workers alone), batch 16 per worker, the default
@@ -17,6 +18,7 @@ histogram counts applied gradients of staleness 0, 1, 2, … The straggler is wo
 """
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import workbench
@@ -66,6 +68,28 @@ def run_one(label, overrides, nproc, straggler, a, out: Path) -> dict:
             "tau_hist": " ".join(map(str, ps.get("staleness_hist", []))), "status": s["status"], "run": run.path.name}
 
 
+TIMED = ["time_to_target_s", "samples_per_s", "updates_per_s"]
+
+
+def merge(rounds: list) -> list:
+    """Medians over rounds per (protocol, straggler), the τ histogram bin by bin."""
+    key = lambda r: (r["protocol"], r["straggler"])  # noqa: E731
+    hists = {}
+    for rows in rounds:
+        for r in rows:
+            hists.setdefault(key(r), []).append([int(c) for c in r["tau_hist"].split()])
+    if len(rounds) == 1:
+        return rounds[0]
+    merged = report.merge_repeats([[{k: v for k, v in r.items() if k not in ("tau_hist", "run")} for r in rows]
+                                   for rows in rounds], key, TIMED)
+    for r in merged:
+        hs = hists[key(r)]
+        width = max(map(len, hs))
+        r["tau_hist"] = " ".join(str(round(statistics.median(h[i] if i < len(h) else 0 for h in hs)))
+                                 for i in range(width))
+    return merged
+
+
 def figures(rows, target):
     import plotly.graph_objects as go
     fig = go.Figure()
@@ -91,19 +115,25 @@ def main(argv=None) -> None:
     p.add_argument("--target", type=float, default=0.90, help="target test accuracy")
     p.add_argument("--delay", type=float, default=0.05, help="the straggler's extra seconds per step")
     p.add_argument("--max-steps", type=int, default=300)
+    p.add_argument("--repeats", type=int, default=1, help="interleaved rounds over all protocols; the table "
+                   "shows medians and each timed column's min–max")
     a = p.parse_args(argv)
     if a.tiny:
         a.workers, a.max_steps, a.target = 2, 20, 0.5
     suite = f"staleness-{a.workers}w"
     out = Path(a.out) / suite
-    rows = []
-    for straggler in (False, True):
-        for label, ov, nproc in protocols(a.workers, a.tiny):
-            rows.append(run_one(label, ov, nproc, straggler, a, out))
-            report.progress(rows[-1])
+    rounds = []
+    for i in range(a.repeats):  # interleaved: every protocol once per round, so load drifts touch all alike
+        rounds.append([])
+        for straggler in (False, True):
+            for label, ov, nproc in protocols(a.workers, a.tiny):
+                rounds[-1].append(run_one(label, ov, nproc, straggler, a, out))
+                report.progress(rounds[-1][-1])
+    rows = merge(rounds)
     cmd = "python -m workbench.bench staleness " + " ".join(argv if argv is not None else [])
     t = report.Table(f"time_lambda{a.workers}", f"λ = {a.workers} workers on the digits, {a.max_steps} steps, "
-                     f"target {a.target:.0%}", rows)
+                     f"target {a.target:.0%}" + (f", medians of {a.repeats} interleaved rounds (spread: min–max; "
+                     "repeats: rounds that reached the target / rounds)" if a.repeats > 1 else ""), rows)
     reached = [r for r in rows if r["time_to_target_s"] is not None]
     first = min(reached, key=lambda r: r["time_to_target_s"], default=None)
     note = (f"{len(reached)} of {len(rows)} runs reached {a.target:.0%}"

@@ -3,6 +3,7 @@ predicted throughput next to the measured one, and data parallelism on the same 
 
     python -m workbench.bench stanza                                  # alexnet, N = 4, 8 steps per run
     python -m workbench.bench stanza --model alexnet --nproc 5 --write
+    python -m workbench.bench stanza --model vgg16 --repeats 3 --write  # 3 interleaved rounds: medians + spread
     python -m workbench.bench stanza --tiny                           # CI smoke: small_cnn, N = 3, 4 steps
 
 Each Stanza run profiles itself first (``trainer.profile=true``: conv and FC time per sample at each
@@ -27,6 +28,7 @@ def main(argv=None) -> None:
     p.add_argument("--nproc", type=int, default=4, help="N processes: n_c + n_f")
     p.add_argument("--batch", type=int, default=32, help="samples per CONV worker per step")
     p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--repeats", type=int, default=1, help="interleaved rounds over the allocations; medians + spread")
     a = p.parse_args(argv)
     if a.tiny:
         a.model, a.nproc, a.steps, a.batch = "small_cnn", 3, 4, 16
@@ -39,6 +41,26 @@ def main(argv=None) -> None:
             for n_f in range(1, a.nproc)] + [workbench.compose(base + ["trainer=sync"])]
     for c in cfgs:
         validate(c)  # every run's config, before the first one starts
+    rounds = []
+    for i in range(a.repeats):  # interleaved: each allocation once per round
+        rounds.append(sweep(cfgs, a.nproc))
+    rows = report.merge_repeats(rounds, "allocation", ["measured"])
+    for r in rows:  # the error of the medians, not the median of the errors
+        if r.get("measured") and r.get("predicted"):
+            r["error"] = f"{100 * (r['measured'] / r['predicted'] - 1):+.0f} %"
+    cols = ["allocation", "predicted", "predicted (PAPERS.md reconstruction)", "measured"]
+    cols += ["measured spread", "error", "repeats", "status"] if a.repeats > 1 else ["error", "status"]
+    t = report.Table(f"sweep_{a.model}_{a.nproc}", f"{a.model}, N = {a.nproc} processes, b = {a.batch} per CONV "
+                     f"worker, {a.steps} steps; samples/s (error = measured / predicted − 1)"
+                     + (f"; medians of {a.repeats} interleaved rounds, spread: min–max" if a.repeats > 1 else ""), rows, cols)
+    cmd = ("python -m workbench.bench stanza " + " ".join(argv if argv is not None else [])).strip()
+    path = report.write(suite, f"stanza allocation sweep: {a.model}, N={a.nproc}", cmd, [t], [figure(rows, a.model)],
+                        notes=f"Predicted vs measured: {report.within(rows, 'error')}.", out_root=a.out, benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
+    print(f"\n{t.markdown()}\n\nreport: {path / 'report.html'}")
+
+
+def sweep(cfgs, nproc: int) -> list:
+    """One round: every Stanza allocation, then data parallelism on the same processes."""
     rows, dp_pred = [], None
     for cfg in cfgs[:-1]:
         run = workbench.launch(cfg, progress=False, check=False)
@@ -57,16 +79,10 @@ def main(argv=None) -> None:
     run = workbench.launch(cfgs[-1], progress=False, check=False)
     dp = report.samples_per_s(run, skip=1) if run.summary.get("status") == "completed" else None
     if dp:
-        rows.append({"allocation": f"sync x{a.nproc} (data parallel)", "predicted": round(dp_pred, 1) if dp_pred else None,
+        rows.append({"allocation": f"sync x{nproc} (data parallel)", "predicted": round(dp_pred, 1) if dp_pred else None,
                      "measured": round(dp, 1), "error": f"{100 * (dp / dp_pred - 1):+.0f} %" if dp_pred else None,
                      "status": "completed"})
-    cols = ["allocation", "predicted", "predicted (PAPERS.md reconstruction)", "measured", "error", "status"]
-    t = report.Table(f"sweep_{a.model}_{a.nproc}", f"{a.model}, N = {a.nproc} processes, b = {a.batch} per CONV "
-                     f"worker, {a.steps} steps; samples/s (error = measured / predicted − 1)", rows, cols)
-    cmd = ("python -m workbench.bench stanza " + " ".join(argv if argv is not None else [])).strip()
-    path = report.write(suite, f"stanza allocation sweep: {a.model}, N={a.nproc}", cmd, [t], [figure(rows, a.model)],
-                        notes=f"Predicted vs measured: {report.within(rows, 'error')}.", out_root=a.out, benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
-    print(f"\n{t.markdown()}\n\nreport: {path / 'report.html'}")
+    return rows
 
 
 def figure(rows, model):

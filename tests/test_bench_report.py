@@ -1,0 +1,23 @@
+"""The benchmark tables' arithmetic: medians and spreads of interleaved repeats, prose counts."""
+from workbench.bench import report
+
+
+def test_merge_repeats_gives_medians_spreads_and_counts():
+    rounds = [[{"p": "a", "t": 1.0, "n": 10, "s": "ok"}, {"p": "b", "t": None, "n": 3, "s": "ok"}],
+              [{"p": "a", "t": 3.0, "n": 12, "s": "ok"}, {"p": "b", "t": 5.0, "n": 3, "s": "failed"}],
+              [{"p": "a", "t": 2.0, "n": 11, "s": "ok"}, {"p": "b", "t": 7.0, "n": 3, "s": "ok"}]]
+    a, b = report.merge_repeats(rounds, "p", ["t"])
+    assert a == {"p": "a", "t": 2.0, "t spread": "1–3", "n": 11, "s": "ok", "repeats": "3/3"}
+    assert list(a) == ["p", "t", "t spread", "n", "s", "repeats"]  # the spread beside its column
+    assert b["t"] == 6.0 and b["t spread"] == "5–7" and b["repeats"] == "2/3"  # a round without a value
+    assert b["s"] == "ok / failed" and b["n"] == 3
+
+
+def test_merge_repeats_of_one_round_is_that_round():
+    rows = [{"p": "a", "t": 1.0}]
+    assert report.merge_repeats([rows], "p", ["t"]) == rows
+
+
+def test_within_counts_from_the_table():
+    rows = [{"e": "+5 %"}, {"e": "-25 %"}, {"e": None}, {"e": "+19.9 %"}]
+    assert report.within(rows, "e") == "2 of 3 rows within ±20 % (e)"
