@@ -8,6 +8,7 @@ input (one line, exit 2, nothing profiled), and ``--verify --json`` on the small
 """
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -82,6 +83,22 @@ def test_sync_on_a_shared_host_pays_concurrency_and_does_not_overlap():
     assert P.sync(PROF, cl).step_s == pytest.approx(comp + C.allreduce_time(M, 4, 5e8, 1e-5) + U)
     # beyond the profiled ranks the host time-shares
     assert PROF.t_c(8) == pytest.approx(8e-3)
+
+
+def test_emulated_links_here_share_the_cores_add_the_shaper_and_overlap():
+    """emulated:<rate>: this host's ranks (compute at concurrency p) behind shaped links; a byte costs
+    the host's loopback time plus the shaper's 8/rate, and the transfer hides behind backward."""
+    import workbench
+    from workbench.plan import cluster_for, parse_bandwidths
+    assert parse_bandwidths("loopback,emulated:100mbit") == ["loopback", "emulated:100mbit"]
+    cl = cluster_for(workbench.compose([]), PROF, 4, "emulated:100mbit", 5e-5)
+    assert cl.bandwidth == pytest.approx(1 / (8 / 1e8 + 1 / PROF.beta))
+    assert cl.ar_bw == pytest.approx(1 / (8 / 1e8 + 1 / PROF.beta_allreduce))
+    assert cl.latency == PROF.alpha and cl.concurrency(4) == 4
+    comp = 10 * (4e-3 + 4e-4)
+    ar = C.allreduce_time(M, 4, cl.ar_bw, PROF.alpha)
+    fwd = PROF.fwd_share * comp
+    assert P.sync(PROF, cl).step_s == pytest.approx(fwd + max(comp - fwd, ar) + U)
 
 
 def test_compressed_adds_its_codec_and_sends_its_payload():
@@ -203,6 +220,7 @@ def test_every_registered_paradigm_is_planned_with_the_dashboards_labels():
 
 @pytest.mark.parametrize("args,what", [
     (["--bandwidth", "fast"], "--bandwidth"),
+    (["--bandwidth", "emulated:fast"], "--bandwidth"),
     (["--workers", "0"], "--workers"),
     (["--workers", "two"], "--workers"),
     (["trainer=nope"], "nope"),
@@ -224,6 +242,23 @@ def test_a_profile_of_another_model_is_refused(tmp_path, capsys):
     assert main([f"output_root={tmp_path}", "model=small_cnn", "--profile", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--profile" in err and "model=m" in err
+
+
+@pytest.mark.slow
+@pytest.mark.root
+def test_verify_on_emulated_links_bytes_exact(tmp_path, capsys):
+    """--verify on emulated:<rate> runs the paradigm on the emulated network; bytes stay exact."""
+    from workbench.plan import main
+    out = tmp_path / "plan.json"
+    assert main([f"output_root={tmp_path}", "cluster.nproc=2", "--bandwidth", "emulated:200mbit", "--verify",
+                 "--only", "sync,ps/sync", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["paradigm"] for r in rows} == {"sync", "ps/sync"}
+    for r in rows:
+        assert r["bandwidth"] == "emulated:200mbit" and r["bytes_error"] == 0, r
+        from omegaconf import OmegaConf
+        cfg = OmegaConf.load(Path(r["run_dir"]) / "config.yaml")
+        assert cfg.network.name == "emulated" and cfg.network.bandwidth == "200mbit"
 
 
 @pytest.mark.slow

@@ -18,6 +18,11 @@ splits them into CONV and FC workers)::
 - ``--bandwidth``: each node's link, tc units (``100mbit``, ``1gbit``, ``10gbit``), comma separated;
   ``loopback`` is this machine with every rank on it (the default with ``--verify``). On a link,
   each rank is its own host of this machine's speed (``--speedup`` divides its compute).
+  ``emulated:<rate>`` is this machine again, every rank behind its own link shaped to the rate
+  (``network=emulated``): its ranks share the cores as on loopback; ``--verify`` runs those rows
+  on the emulated network (root)::
+
+      sudo python -m workbench.plan cluster.nproc=3 --bandwidth loopback,emulated:100mbit,emulated:1gbit --verify
 - ``--latency``: per message on a link (default ``50us``); loopback uses the measured one.
 - ``--only``: paradigm labels or prefixes (``staleness`` selects every ``staleness/n=…``).
 - ``trainer=X`` among the overrides plans only X's variants, with your ``trainer.*`` keys.
@@ -70,6 +75,7 @@ from workbench.perfmodel.paradigms import Cluster, Prediction
 from workbench.perfmodel.profile import Profile, load_or_measure, profile_key
 
 LOOPBACK = "loopback"
+EMULATED = "emulated:"  # emulated:<rate>: this machine's ranks, each behind its own shaped link (network=emulated)
 DEFAULT_BANDWIDTHS = ("1gbit", "10gbit", "100gbit")
 VERIFY_SKIP = 12  # steps left out of a verification run (DDP's bucket rebuild, PowerSGD's start)
 VERIFY_STEPS = 8  # steps measured after them: a whole number of BMUF blocks and EASGD periods
@@ -91,12 +97,17 @@ class Variant:
 def parse_bandwidths(text) -> List[str]:
     items = [t.strip() for t in (text.split(",") if isinstance(text, str) else text) if str(t).strip()]
     if not items:
-        raise ConfigError("invalid value '' for --bandwidth: a rate like 1gbit, 10gbit, or loopback")
+        raise ConfigError("invalid value '' for --bandwidth: a rate like 1gbit, 10gbit, loopback or emulated:100mbit")
     for t in items:
         if t != LOOPBACK:
             from workbench.network import parse_rate
-            parse_rate(t, "--bandwidth")
+            parse_rate(t[len(EMULATED):] if t.startswith(EMULATED) else t, "--bandwidth")
     return items
+
+
+def here(bw: str) -> bool:
+    """A bandwidth whose cluster is this machine (every rank shares its cores): loopback or emulated:<rate>."""
+    return bw == LOOPBACK or bw.startswith(EMULATED)
 
 
 def parse_workers(text) -> List[int]:
@@ -118,7 +129,7 @@ def bandwidth_bps(bw: str, prof: Optional[Profile] = None) -> float:
     if bw == LOOPBACK:
         return 8 * prof.beta if prof is not None else math.nan
     from workbench.network import parse_rate
-    return parse_rate(bw, "--bandwidth")
+    return parse_rate(bw[len(EMULATED):] if bw.startswith(EMULATED) else bw, "--bandwidth")
 
 
 def _split_overrides(overrides: Sequence[str]) -> Tuple[List[str], List[str], Optional[str]]:
@@ -224,6 +235,13 @@ def cluster_for(cfg: DictConfig, prof: Profile, ranks: int, bw: str, latency_s: 
     if bw == LOOPBACK:
         return Cluster(ranks, prof.beta, prof.alpha, prof.beta_allreduce, shared_host=True, stragglers=stragglers,
                        label=bw)
+    if bw.startswith(EMULATED):
+        # Every byte still crosses this host's stack (what loopback costs per byte) and then the
+        # shaped link (8/rate): the two add. Compute shares the cores as on loopback, but a transfer
+        # waits on the shaper, not the CPU, so it overlaps backward as on a real network.
+        per_byte = 8 / bandwidth_bps(bw)
+        return Cluster(ranks, 1 / (per_byte + 1 / prof.beta), prof.alpha, 1 / (per_byte + 1 / prof.beta_allreduce),
+                       shared_host=False, cores_shared=True, stragglers=stragglers, label=bw)
     return Cluster(ranks, bandwidth_bps(bw) / 8, latency_s, None, shared_host=False, stragglers=stragglers, label=bw)
 
 
@@ -291,7 +309,7 @@ def _plan_rows(overrides, bandwidths, workers, profile, speedup, latency, only, 
         check_only(only, [v.label for w in vs for v in vs[w]])
         vs = {w: [v for v in vs[w] if _selected(v.label, only)] for w in vs}
     if profile is None:
-        loop = [w for w in workers if LOOPBACK in bandwidths]
+        loop = [w for w in workers if any(here(b) for b in bandwidths)]
         ranks = max([2, *loop])
         comps = {v.cfg.compressor.name: v.cfg.compressor for w in vs for v in vs[w] if v.trainer == "compressed"}
         from workbench.compress.profile import measure_codecs
@@ -305,12 +323,35 @@ def _plan_rows(overrides, bandwidths, workers, profile, speedup, latency, only, 
 # ---------------------------------------------------------------------------------------------
 # Verification: each paradigm briefly, here
 
-def verify_variant(v: Variant, root: Path, steps: int = VERIFY_STEPS, skip: int = VERIFY_SKIP) -> dict:
-    """Run ``v`` for skip + steps steps on loopback and measure rank 0's median step time and its
-    bytes per step by category over the last ``steps`` steps."""
+def network_overrides(bw: str) -> List[str]:
+    """The run that verifies a row at ``bw``: loopback, or every rank behind its own shaped link."""
+    if bw.startswith(EMULATED):
+        return ["network=emulated", f"network.bandwidth={bw[len(EMULATED):]}"]
+    return ["network=loopback"]
+
+
+def check_verifiable(bandwidths: Sequence[str]) -> None:
+    """--verify with emulated links needs root and iproute2: say so before anything is profiled."""
+    import os
+    import shutil
+    if any(b.startswith(EMULATED) for b in bandwidths):
+        if os.geteuid() != 0:
+            raise ConfigError("invalid value 'emulated:…' for --bandwidth with --verify: the emulated network needs "
+                              "root (network namespaces and tc); run as root or verify on loopback")
+        for tool in ("ip", "tc"):
+            if shutil.which(tool) is None:
+                raise ConfigError(f"invalid value 'emulated:…' for --bandwidth with --verify: `{tool}` not found; "
+                                  "install iproute2")
+
+
+def verify_variant(v: Variant, root: Path, steps: int = VERIFY_STEPS, skip: int = VERIFY_SKIP,
+                   bw: str = LOOPBACK) -> dict:
+    """Run ``v`` for skip + steps steps here (loopback, or ``emulated:<rate>`` links) and measure rank
+    0's median step time and its bytes per step by category over the last ``steps`` steps."""
     import workbench
-    cfg = workbench.compose([*v.overrides, f"trainer.max_steps={skip + steps}", "trainer.eval_every=100000",
-                             "trainer.progress=false", "checkpoint.every=0", f"output_root={root}"])
+    cfg = workbench.compose([*v.overrides, *network_overrides(bw), f"trainer.max_steps={skip + steps}",
+                             "trainer.eval_every=100000", "trainer.progress=false", "checkpoint.every=0",
+                             f"output_root={root}"])
     run = workbench.launch(cfg, progress=False, check=False)
     if run.summary.get("status") != "completed":
         return {"measured_status": run.summary.get("status"), "run_dir": str(run.path)}
@@ -327,11 +368,11 @@ def verify_variant(v: Variant, root: Path, steps: int = VERIFY_STEPS, skip: int 
 def verify(rows: List[dict], vs: Dict[int, List[Variant]], root: Path, log=print) -> List[dict]:
     by_label = {(w, v.label): v for w in vs for v in vs[w]}
     for r in rows:
-        if r["bandwidth"] != LOOPBACK:
+        if not here(r["bandwidth"]):
             continue
         v = by_label[(r["workers"], r["paradigm"])]
-        log(f"verify: {r['paradigm']} on {r['workers']} ranks ...")
-        m = verify_variant(v, root)
+        log(f"verify: {r['paradigm']} on {r['workers']} ranks, {r['bandwidth']} ...")
+        m = verify_variant(v, root, bw=r["bandwidth"])
         r.update(m)
         if "measured_step_s" in m:
             r["error"] = r["predicted_step_s"] / m["measured_step_s"] - 1
@@ -400,11 +441,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m workbench.plan", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("overrides", nargs="*", help="Hydra overrides, as for a run")
-    ap.add_argument("--bandwidth", default=None, help=f"comma-separated link rates or loopback (default {','.join(DEFAULT_BANDWIDTHS)}; loopback with --verify)")
+    ap.add_argument("--bandwidth", default=None, help=f"comma-separated link rates, loopback, or emulated:<rate> (this "
+                    f"machine behind shaped links) (default {','.join(DEFAULT_BANDWIDTHS)}; loopback with --verify)")
     ap.add_argument("--workers", default=None, help="comma-separated process counts (default cluster.nproc)")
     ap.add_argument("--latency", default="50us", help="per message on a link (default 50us)")
     ap.add_argument("--only", default="", help="paradigm labels or prefixes, comma separated")
-    ap.add_argument("--verify", action="store_true", help="also run each paradigm briefly here (loopback)")
+    ap.add_argument("--verify", action="store_true", help="also run each paradigm briefly here (loopback and "
+                    "emulated:<rate> rows; emulated needs root)")
     ap.add_argument("--json", default=None, help="write every row to this file")
     ap.add_argument("--profile", default=None, help="plan from this profile file (e.g. taken on a GPU machine)")
     ap.add_argument("--save-profile", default=None, help="also write the profile used to this file")
@@ -413,8 +456,10 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     try:
         bws = parse_bandwidths(a.bandwidth or (LOOPBACK if a.verify else ",".join(DEFAULT_BANDWIDTHS)))
-        if a.verify and LOOPBACK not in bws:
+        if a.verify and not any(here(b) for b in bws):
             bws.append(LOOPBACK)
+        if a.verify:
+            check_verifiable(bws)
         only = [o.strip() for o in a.only.split(",") if o.strip()]
         workers = parse_workers(a.workers) if a.workers else None
         import workbench

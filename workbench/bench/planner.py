@@ -2,14 +2,18 @@
 
     python -m workbench.bench planner --write                        # small_cnn and resnet18, 3 ranks, loopback
     python -m workbench.bench planner --models vgg16 --workers 4
+    python -m workbench.bench planner --bandwidths loopback,emulated:50mbit,emulated:200mbit,emulated:1gbit --repeats 3 --write   # root
     python -m workbench.bench planner --tiny                         # CI smoke: small_cnn, 2 ranks, sync and ps
 
-For each model: ``python -m workbench.plan <model> --verify`` on loopback (the profile, then every
-paradigm for 12 + 8 steps, ``workbench/plan.py``), one row per paradigm with the predicted and
-measured step time, the error, and predicted vs measured bytes per worker per step (exact unless a
-row says otherwise). The notes give the error distribution (median and 90th percentile of |error|).
-Step times depend on the machine and its load (quoted with the table); bytes do not. The emulated
-bandwidths of the planner issue (``network=emulated``, root) are not part of this suite yet.
+For each model: ``python -m workbench.plan <model> --verify`` at each of ``--bandwidths`` (the
+profile, then every paradigm for 12 + 8 steps, ``workbench/plan.py``): ``loopback``, and
+``emulated:<rate>``, every rank behind its own link shaped to the rate (``network=emulated``, root).
+One row per paradigm and bandwidth with the predicted and measured step time, the error, and
+predicted vs measured bytes per worker per step (exact unless a row says otherwise). With
+``--repeats R`` every run is repeated in R interleaved rounds; the row shows the median measured
+step, its min–max, and the error of the median. The notes give the error distribution (median and
+90th percentile of |error|). Step times depend on the machine and its load (quoted with the table);
+bytes do not.
 """
 from __future__ import annotations
 
@@ -28,20 +32,27 @@ def main(argv=None) -> None:
     p.add_argument("--workers", type=int, default=3, help="processes per run (cluster.nproc)")
     p.add_argument("--batch", type=int, default=16, help="samples per worker per step")
     p.add_argument("--only", default="", help="paradigm labels or prefixes (default: every one)")
+    p.add_argument("--bandwidths", default="loopback", help="loopback and/or emulated:<rate> (root), comma separated")
+    p.add_argument("--repeats", type=int, default=1, help="interleaved rounds of every run; medians + spread")
     a = p.parse_args(argv)
     if a.tiny:
         a.models, a.workers, a.only = "small_cnn", 2, "sync,ps"
-    from workbench.plan import LOOPBACK, _plan_rows, verify
+    import copy
+    from workbench.plan import _plan_rows, check_verifiable, parse_bandwidths, verify
+    bandwidths = parse_bandwidths(a.bandwidths)
+    check_verifiable(bandwidths)
     out = Path(a.out) / "planner"
     only = [o for o in a.only.split(",") if o]
     rows = []
     for model in a.models.split(","):
         ov = [f"model={model}", *report.data_overrides(model, a.batch), "cluster.timeout_s=600",
               f"output_root={out / 'runs'}"]
-        plan_rows, (vs, prof) = _plan_rows(ov, [LOOPBACK], [a.workers], None, 1.0, "50us", only, str(out), print)
-        for r in verify(plan_rows, vs, out / "runs"):
-            row = {"model": model, "paradigm": r["paradigm"], "N": a.workers,
+        plan_rows, (vs, prof) = _plan_rows(ov, bandwidths, [a.workers], None, 1.0, "50us", only, str(out), print)
+        rounds = [verify(copy.deepcopy(plan_rows), vs, out / "runs") for _ in range(a.repeats)]
+        for r in merged(rounds):
+            row = {"model": model, "paradigm": r["paradigm"], "bandwidth": r["bandwidth"], "N": a.workers,
                    "predicted ms": 1e3 * r["predicted_step_s"], "measured ms": 1e3 * r["measured_step_s"] if "measured_step_s" in r else None,
+                   "spread ms": r.get("measured_step_s spread"), "repeats": r.get("repeats"),
                    "error": f"{100 * r['error']:+.1f} %" if "error" in r else r.get("measured_status"),
                    "predicted B/step": round(r["predicted_bytes_per_step"]),
                    "measured B/step": round(r["measured_bytes_per_step"]) if "measured_bytes_per_step" in r else None,
@@ -56,14 +67,37 @@ def main(argv=None) -> None:
         notes = (f"Step time |error| over {len(errs)} runs: median {100 * statistics.median(errs):.1f} %, "
                  f"90th percentile {100 * p90:.1f} % (target: 10 % and 20 %). Bytes exact in "
                  f"{sum(r['bytes'] == 'exact' for r in rows)}/{len(rows)} rows.")
-    cols = ["model", "paradigm", "N", "predicted ms", "measured ms", "error", "predicted B/step", "measured B/step",
-            "bytes", "bottleneck"]
+    cols = ["model", "paradigm", "bandwidth", "N", "predicted ms", "measured ms"] + (
+        ["spread ms", "repeats"] if a.repeats > 1 else []) + ["error", "predicted B/step", "measured B/step",
+                                                              "bytes", "bottleneck"]
     t = report.Table(f"planner_N{a.workers}", f"Planner: predicted vs measured step time and bytes per worker per step, "
-                     f"{a.workers} ranks on loopback, batch {a.batch} per worker", rows, cols)
+                     f"{a.workers} ranks, batch {a.batch} per worker"
+                     + (f", medians of {a.repeats} interleaved rounds (spread: min–max)" if a.repeats > 1 else ""),
+                     rows, cols)
     cmd = ("python -m workbench.bench planner " + " ".join(argv if argv is not None else [])).strip()
     path = report.write("planner", "Planner: model vs measured", cmd, [t], notes=notes, out_root=a.out,
                         benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
     print(f"\n{t.markdown()}\n\n{notes}\n\nreport: {path / 'report.html'}")
+
+
+def merged(rounds: list) -> list:
+    """The rounds' rows merged per (paradigm, bandwidth): median measured step (ms spread in
+    ``measured_step_s spread``, seconds), the error of that median, the bytes of the first round
+    (bytes are deterministic: every round measures the same)."""
+    if len(rounds) == 1:
+        return rounds[0]
+    keep = ("paradigm", "bandwidth", "workers", "predicted_step_s", "predicted_bytes_per_step", "bottleneck",
+            "measured_step_s", "measured_bytes_per_step", "bytes_error", "measured_status")
+    rows = report.merge_repeats([[{k: r[k] for k in keep if k in r} for r in rs] for rs in rounds],
+                                lambda r: (r["paradigm"], r["bandwidth"]), ["measured_step_s"])
+    for r in rows:
+        spread = r.get("measured_step_s spread")
+        if spread:  # seconds → ms for the table
+            lo, hi = (float(x.replace(",", "")) for x in spread.split("–"))
+            r["measured_step_s spread"] = f"{1e3 * lo:.3g}–{1e3 * hi:.3g}"
+        if r.get("measured_step_s"):
+            r["error"] = r["predicted_step_s"] / r["measured_step_s"] - 1
+    return rows
 
 
 if __name__ == "__main__":

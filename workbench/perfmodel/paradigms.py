@@ -47,13 +47,16 @@ class Cluster:
     servers, Stanza splits them into CONV and FC). ``bandwidth``/``latency``: one node's link
     (bytes/s, s); ``allreduce_bandwidth``: the ring's per-rank bandwidth where it differs (this
     machine's loopback). ``shared_host``: every rank on one host (loopback), so compute slows with
-    concurrency and communication does not overlap computation; otherwise one rank per host."""
+    concurrency and communication does not overlap computation; otherwise one rank per host.
+    ``cores_shared``: the emulated links here, where ranks share the cores (compute slows with
+    concurrency) but a transfer waits on its shaped link, so it overlaps backward as on a network."""
 
     ranks: int
     bandwidth: float
     latency: float = 0.0
     allreduce_bandwidth: Optional[float] = None
     shared_host: bool = False
+    cores_shared: bool = False  # ranks share one host's cores though their links are real (emulated links)
     stragglers: Tuple[Tuple[int, float, float], ...] = ()  # (worker index, compute factor, delay s)
     label: str = ""
 
@@ -63,7 +66,7 @@ class Cluster:
 
     def concurrency(self, computing: int) -> int:
         """How many ranks compute at once on one host."""
-        return computing if self.shared_host else 1
+        return computing if self.shared_host or self.cores_shared else 1
 
 
 @dataclass
@@ -171,7 +174,7 @@ def crossover_bps(prof: Profile, cl: Cluster, compressor: str, lo: float = 1e3, 
     per host, ``cl``'s latency); ``math.inf`` if it wins at every rate in [lo, hi] bytes/s, ``None``
     if at none. Bisection on a log scale of the gain sync − compressed."""
     def gain(bw: float) -> float:
-        c = replace(cl, bandwidth=bw, allreduce_bandwidth=None, shared_host=False)
+        c = replace(cl, bandwidth=bw, allreduce_bandwidth=None, shared_host=False, cores_shared=False)
         return _dp(prof, c, None).step_s - _dp(prof, c, prof.codecs[compressor]).step_s
     if cl.ranks <= 1:
         return None
@@ -297,7 +300,7 @@ def bmuf(prof: Profile, cl: Cluster, block: int = 8) -> Prediction:
 
 def stanza_inputs(prof: Profile, cl: Cluster, batch: Optional[int] = None) -> st.StanzaInputs:
     s = prof.speedup
-    at = (lambda xs: tuple(v / s for v in xs)) if cl.shared_host else (lambda xs: None)
+    at = (lambda xs: tuple(v / s for v in xs)) if cl.shared_host or cl.cores_shared else (lambda xs: None)
     return st.StanzaInputs(t_c=prof.t_c(1), t_f=prof.t_f(1), a=prof.boundary, p_c=prof.params_conv,
                            p_f=prof.params_fc, b=batch or prof.batch, beta=cl.bandwidth, alpha=cl.latency,
                            beta_allreduce=cl.allreduce_bandwidth, u=prof.u / s,
