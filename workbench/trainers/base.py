@@ -89,14 +89,14 @@ class Trainer:
         ``make gpu-check``); e.g. a parameter server needs a server rank besides the workers."""
         return []
 
-    # -- the paradigm's label and performance model (workbench.plan, the dashboards) -------------------
+    # -- the paradigm's label and performance model (workbench.plan, workbench.analysis) -------------------
     PARADIGM_KEYS = ("trainer.mode", "trainer.protocol", "compressor.name")  # qualifiers, where set
 
     @classmethod
     def paradigm(cls, get: Callable[[str], object]) -> str:
         """The label of a run of this trainer: its name qualified by its mode/protocol and compressor
         where it has them (``ps/async``, ``compressed/powersgd``; ``sync``). ``get(key)`` reads a
-        dotted config key (``trainer.mode``) of the run, None where it has none. The dashboards, the
+        dotted config key (``trainer.mode``) of the run, None where it has none. workbench.analysis, the
         planner and its JSON use this one function."""
         name = cls.name
         for key in cls.PARADIGM_KEYS:
