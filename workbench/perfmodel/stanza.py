@@ -209,6 +209,59 @@ def choose_allocation(x: StanzaInputs, nodes: int, global_batch: Optional[int] =
     return best, preds
 
 
+@dataclass
+class Allocation:
+    """What ``trainer=stanza`` reports about its allocation: the profiled inputs, the n_f it runs
+    (``fixed``, or the model's ``best`` when auto), every feasible n_f's prediction by this model and
+    by the paper's, and the data-parallel and parameter-server baselines at the chosen n_c."""
+
+    inputs: StanzaInputs
+    fixed: Optional[int]
+    fc_workers: int
+    best: int
+    profile_s: float
+    predictions: Dict[int, float]
+    paper_predictions: Dict[int, float]
+    baselines: Dict[str, float]
+
+    def record(self, nodes: int) -> dict:
+        """The ``kind: stanza_allocation`` record of metrics.jsonl."""
+        return {"kind": "stanza_allocation", "step": 0, "auto": self.fixed is None, "fc_workers": self.fc_workers,
+                "conv_workers": nodes - self.fc_workers, "best_fc_workers": self.best, "profile_s": self.profile_s,
+                "inputs": self.inputs.as_dict(), "predicted_samples_per_s": self.predictions,
+                "paper_predicted_samples_per_s": self.paper_predictions, **self.baselines}
+
+    def line(self) -> str:
+        """Rank 0's report once the allocation is chosen."""
+        preds = ", ".join(f"n_f={k}: {v:.1f}" for k, v in sorted(self.predictions.items()))
+        return (f"stanza: profiled in {self.profile_s:.1f}s: {self.inputs.as_dict()}\nstanza: predicted samples/s {preds}; "
+                f"{'chose' if self.fixed is None else 'fixed'} fc_workers={self.fc_workers} (model's best: {self.best})")
+
+    def summary(self, steady: Optional[float]) -> dict:
+        """The prediction fields of ``summary.json``'s ``stanza`` section, beside the ``steady``
+        measured samples/s (median step period, warm-up dropped)."""
+        pred = self.predictions.get(self.fc_workers)
+        return {"auto": self.fixed is None, "profile_s": self.profile_s, "inputs": self.inputs.as_dict(),
+                "predicted_samples_per_s": pred,
+                "predicted_by_fc_workers": {str(k): v for k, v in self.predictions.items()},
+                "paper_predicted_by_fc_workers": {str(k): v for k, v in self.paper_predictions.items()},
+                "prediction_error": (steady / pred - 1) if (pred and steady) else None,
+                **self.baselines}
+
+
+def allocate(x: StanzaInputs, nodes: int, fixed: Optional[int], global_batch: Optional[int], max_batch: int,
+             profile_s: float) -> Allocation:
+    """The allocation a run with profiled inputs ``x`` takes: ``fixed`` FC workers, or the best
+    predicted (:func:`choose_allocation`), with the paper model's predictions and the baselines."""
+    best, preds = choose_allocation(x, nodes, global_batch=global_batch, max_batch=max_batch)
+    n_f = best if fixed is None else fixed
+    paper = choose_allocation(x, nodes, global_batch=global_batch, max_batch=max_batch, model=paper_throughput)[1]
+    n_c = nodes - n_f
+    xb = x.with_batch(global_batch // n_c) if global_batch is not None else x
+    baselines = {"dp_samples_per_s": dp_throughput(xb, nodes), "ps_samples_per_s": ps_throughput(xb, nodes - 1, 1)}
+    return Allocation(x, fixed, n_f, best, profile_s, preds, paper, baselines)
+
+
 # ---------------------------------------------------------------------------------------------
 # Bytes per worker per step (what the meter must count)
 
