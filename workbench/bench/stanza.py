@@ -7,7 +7,7 @@ predicted throughput next to the measured one, and data parallelism on the same 
 
 Each Stanza run profiles itself first (``trainer.profile=true``: conv and FC time per sample at each
 concurrency, the boundary size, the network's bandwidth), then trains ``--steps`` steps with its fixed
-n_f. Predicted: ``workbench.perfmodel.stanza.throughput`` on that run's own profile, and the PAPERS.md
+n_f. Predicted: ``workbench.perfmodel.stanza.throughput`` on that run's own profile, and the docs/papers.md §2
 reconstruction on the same inputs; measured: global batch / median step period after the first step
 (``summary.json`` → ``stanza``). The last row is ``trainer=sync`` on the same N processes, against
 the data-parallel prediction of the first run's profile. CIFAR-size synthetic data (3×32×32).
@@ -50,7 +50,7 @@ def main(argv=None) -> None:
         dp_pred = dp_pred if dp_pred is not None else st.get("dp_samples_per_s")
         rows.append({"allocation": f"{st['conv_workers']} CONV + {n_f} FC",
                      "predicted": round(st["predicted_samples_per_s"], 1),
-                     "predicted (PAPERS.md reconstruction)": round(st["paper_predicted_by_fc_workers"][str(n_f)], 1),
+                     "predicted (paper's model, docs/papers.md §2)": round(st["paper_predicted_by_fc_workers"][str(n_f)], 1),
                      "measured": round(st["measured_steady_samples_per_s"], 1),
                      "error": f"{100 * st['prediction_error']:+.0f} %", "status": "completed"})
         report.progress(rows[-1])
@@ -60,7 +60,7 @@ def main(argv=None) -> None:
         rows.append({"allocation": f"sync x{a.nproc} (data parallel)", "predicted": round(dp_pred, 1) if dp_pred else None,
                      "measured": round(dp, 1), "error": f"{100 * (dp / dp_pred - 1):+.0f} %" if dp_pred else None,
                      "status": "completed"})
-    cols = ["allocation", "predicted", "predicted (PAPERS.md reconstruction)", "measured", "error", "status"]
+    cols = ["allocation", "predicted", "predicted (paper's model, docs/papers.md §2)", "measured", "error", "status"]
     t = report.Table(f"sweep_{a.model}_{a.nproc}", f"{a.model}, N = {a.nproc} processes, b = {a.batch} per CONV "
                      f"worker, {a.steps} steps; samples/s (error = measured / predicted − 1)", rows, cols)
     cmd = ("python -m workbench.bench stanza " + " ".join(argv if argv is not None else [])).strip()

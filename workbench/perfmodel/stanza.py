@@ -7,7 +7,7 @@ Inputs (:class:`StanzaInputs`, measured by ``trainer=stanza trainer.fc_workers=a
 ``workbench/trainers/stanza.py``): ``t_c``/``t_f`` forward+backward seconds per sample of the conv and
 FC parts, ``a`` boundary floats per sample, ``p_c``/``p_f`` parameter counts, ``b`` batch per CONV
 worker, ``beta`` point-to-point bytes/s per node, and four refinements the reconstruction in
-PAPERS.md §2 lacks: ``alpha`` (seconds per message), ``beta_allreduce`` (the ring all-reduce's
+docs/papers.md §2 lacks: ``alpha`` (seconds per message), ``beta_allreduce`` (the ring all-reduce's
 bandwidth, which on shared-memory gloo differs from a single stream's), ``u`` (optimizer seconds
 per parameter: SGD with momentum touches every FC weight three times per step, which on a CPU costs as
 much as the FC forward) and ``t_c_at``/``t_f_at`` (compute time per sample when k ranks compute at
@@ -16,7 +16,7 @@ conv computations at once but only n_f FC ones).
 
 Two step-time models:
 
-* :func:`paper_step_time` -- the reconstruction in PAPERS.md §2, verbatim:
+* :func:`paper_step_time` -- the reconstruction in docs/papers.md §2, verbatim:
   ``T = b t_c + (n_c/n_f)(b t_f + 2 s a b / beta) + 2(n_c-1)/n_c s P_c/beta + 2(n_f-1)/n_f s P_f/beta``.
 * :func:`step_time` -- the schedule ``trainer=stanza`` actually runs, which differs in three ways:
 
@@ -103,7 +103,7 @@ def pieces_on_busiest_fc(n_c: int, n_f: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# The reconstruction of PAPERS.md §2 (kept verbatim, for comparison)
+# The reconstruction of docs/papers.md §2 (kept verbatim, for comparison)
 
 def paper_step_time(x: StanzaInputs, n_c: int, n_f: int) -> float:
     """(With per-concurrency compute times when given, so that both models see the same inputs.)"""

@@ -1,5 +1,5 @@
 """Compressed synchronous SGD: DDP whose gradient exchange goes through a compressor, bucket by
-bucket, overlapped with the backward pass (workbench/compress/, Agarwal et al. in PAPERS.md §4).
+bucket, overlapped with the backward pass (workbench/compress/, Agarwal et al. in docs/papers.md §4).
 
     python -m workbench trainer=compressed compressor=powersgd compressor.rank=4 cluster.nproc=4
     python -m workbench trainer=compressed compressor=topk compressor.k=0.01 compressor.error_feedback=true

@@ -1,4 +1,4 @@
-"""Stanza layer separation (Wu, Xu et al., arXiv 1812.10624; PAPERS.md §2): of N ranks, n_c CONV
+"""Stanza layer separation (Wu, Xu et al., arXiv 1812.10624; docs/papers.md §2): of N ranks, n_c CONV
 workers train only the model's ``features`` on their data shards and n_f FC workers train only its
 ``classifier``; FC parameters and gradients never cross the cluster, only boundary activations and
 their gradients do.
