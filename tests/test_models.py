@@ -1,5 +1,5 @@
 """The model registry's conv/FC split, checked against the parameter counts and boundary sizes in
-PAPERS.md (torchvision definitions, 224x224, 1000 classes)."""
+docs/papers.md (torchvision definitions, 224x224, 1000 classes)."""
 import pytest
 import torch
 

@@ -117,10 +117,10 @@ def test_trainer_notebook_runs_or_skips_cleanly(name, tmp_path):
 @pytest.fixture(scope="module")
 def seeded_runs(tmp_path_factory):
     """Two real runs (sync on 1 and 2 ranks) for the dashboard notebook to read."""
-    from workbench import dashboards as db
+    import workbench
     root = tmp_path_factory.mktemp("dash")
-    base = db.base_overrides(max_steps=8, eval_every=4, output_root=str(root), extra=["trainer.progress=false"])
-    runs, table = db.launch_variants({"W=1": ["cluster.nproc=1"], "W=2": ["cluster.nproc=2"]}, base, progress=False)
+    base = workbench.base_overrides(max_steps=8, eval_every=4, output_root=str(root), extra=["trainer.progress=false"])
+    runs, table = workbench.launch_variants({"W=1": ["cluster.nproc=1"], "W=2": ["cluster.nproc=2"]}, base, progress=False)
     assert list(table["status"]) == ["completed", "completed"], table.to_dict("records")
     return root
 

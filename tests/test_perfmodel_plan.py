@@ -204,18 +204,18 @@ def test_ranking_flips_between_a_link_bound_and_a_compute_bound_network():
                                "predicted_bytes_per_step", "bottleneck"}
 
 
-def test_every_registered_paradigm_is_planned_with_the_dashboards_labels():
-    from workbench import dashboards as db
+def test_every_registered_paradigm_is_planned_with_the_analysis_labels():
+    from workbench import analysis as an
     from workbench.plan import plan
     df = plan([], bandwidths=["1gbit"], workers=[3], profile=synthetic_profile(
-        codecs={c: synthetic_profile().codecs["powersgd"] for c in db.available_compressors() if c != "none"}))
+        codecs={c: synthetic_profile().codecs["powersgd"] for c in an.available_compressors() if c != "none"}))
     labels = set(df["paradigm"])
     assert {"sync", "ps/sync", "ps/async", "staleness/n=1", "staleness/n=2", "stanza/n_f=1", "stanza/n_f=2",
             "compressed/powersgd", "compressed/topk", "easgd/async", "bmuf", "local_sgd"} <= labels
-    # the same label the dashboards give a run of that config
-    assert db.paradigm_of({"cfg.trainer.name": "staleness", "cfg.trainer.protocol": "softsync", "cfg.trainer.n": 2}) == "staleness/n=2"
-    assert db.paradigm_of({"cfg.trainer.name": "stanza", "cfg.trainer.fc_workers": "1"}) == "stanza/n_f=1"
-    assert db.paradigm_of({"cfg.trainer.name": "ps", "cfg.trainer.mode": "async", "cfg.compressor.name": "none"}) == "ps/async"
+    # the same label workbench.analysis gives a run of that config
+    assert an.paradigm_of({"cfg.trainer.name": "staleness", "cfg.trainer.protocol": "softsync", "cfg.trainer.n": 2}) == "staleness/n=2"
+    assert an.paradigm_of({"cfg.trainer.name": "stanza", "cfg.trainer.fc_workers": "1"}) == "stanza/n_f=1"
+    assert an.paradigm_of({"cfg.trainer.name": "ps", "cfg.trainer.mode": "async", "cfg.compressor.name": "none"}) == "ps/async"
 
 
 @pytest.mark.parametrize("args,what", [
@@ -295,4 +295,4 @@ def test_perfmodel_imports_run_down():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             for m in mods:
                 assert not m.startswith(("workbench.trainers", "workbench.launcher", "workbench.ps",
-                                         "workbench.compress", "workbench.plan", "workbench.dashboards")), (f.name, m)
+                                         "workbench.compress", "workbench.plan", "workbench.analysis")), (f.name, m)

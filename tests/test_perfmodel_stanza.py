@@ -110,7 +110,7 @@ def test_choose_allocation_with_a_fixed_global_batch_and_a_small_training_set():
 
 
 def test_byte_counts_match_the_papers_table():
-    # VGG-16 at b = 32 (PAPERS.md §2): 1107 MB per data-parallel (PS) worker vs 124 MB per CONV
+    # VGG-16 at b = 32 (docs/papers.md §2): 1107 MB per data-parallel (PS) worker vs 124 MB per CONV
     # worker (conv parameters pushed and pulled once, activations out and their gradients in): 8.9x
     p_c, p_f, a, b = 14_714_688, 123_642_856, 25_088, 32
     ps = pm.ps_worker_bytes(p_c + p_f)

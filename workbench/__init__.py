@@ -6,6 +6,9 @@ Python API (what notebooks and papermill use; the CLI ``python -m workbench`` go
     cfg = workbench.compose(["trainer=sync", "cluster.nproc=4"])  # Hydra overrides
     run = workbench.launch(cfg)                                   # -> workbench.Run
     df = workbench.load_runs("experiments")                       # one row per run
+    runs, table = workbench.launch_variants({"ps": ["trainer=ps"]}, workbench.base_overrides())
+
+Reading and plotting runs: ``from workbench import analysis as an`` (workbench.analysis).
 """
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ _API = {
     "compose": "workbench.api", "ConfigError": "workbench.config", "RunFailed": "workbench.launcher",
     "launch": "workbench.launcher", "resume": "workbench.launcher", "Run": "workbench.runs",
     "load_metrics": "workbench.runs", "load_runs": "workbench.runs",
+    "launch_variants": "workbench.variants", "base_overrides": "workbench.variants",
+    "registered_trainers": "workbench.variants", "project_path": "workbench.variants",
 }
 __all__ = list(_API)
 

@@ -85,6 +85,20 @@ def load(root: Path, rank: int, step: int) -> dict:
     return torch.load(step_dir(root, step) / f"rank{rank}.pt", weights_only=True, map_location="cpu")
 
 
+def resume(root: Path, rank: int, world_size: int, meter, apply) -> Optional[dict]:
+    """The one resume path of every rank (a trainer's worker or a parameter server): load this
+    rank's file of the newest complete checkpoint, hand it to ``apply`` (the rank's own state), then
+    restore the RNG and the meter's totals. None when there is no complete checkpoint."""
+    step = latest_complete(root, world_size)
+    if step is None:
+        return None
+    state = load(root, rank, step)
+    apply(state)
+    set_rng_state(state["rng"])
+    meter.restore_totals(state.get("meter", {}))
+    return state
+
+
 def discard_after(root: Path, step: int) -> None:
     """Remove (incomplete) checkpoints newer than ``step``: they belong to the attempt that failed."""
     base = Path(root) / "checkpoints"

@@ -23,6 +23,11 @@ class DistInfo:
     device: torch.device
     threads: int
 
+    @property
+    def comm_device(self) -> torch.device:
+        """Where tensors must be for a collective: the GPU under NCCL, host memory under gloo."""
+        return self.device if self.backend == "nccl" else torch.device("cpu")
+
 
 def choose_backend(cluster) -> str:
     if cluster.backend != "auto":

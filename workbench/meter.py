@@ -33,6 +33,7 @@ from typing import Dict, List, Optional
 
 import torch
 import torch.distributed as dist
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 
 class _Counter:
@@ -231,3 +232,31 @@ def metered_allreduce_hook(state: AllreduceHookState, bucket: dist.GradBucket) -
     buf = bucket.buffer()
     buf.div_(dist.get_world_size(state.group))
     return state.meter.all_reduce_async(buf, state.category, group=state.group).then(lambda f: f.value()[0])
+
+
+def metered_sum_hook(state: AllreduceHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP hook: *sum* (not average) a bucket over the state's group, metered. For a loss already
+    divided by the global batch (Stanza's FC side), the sum is the global-batch gradient."""
+    return state.meter.all_reduce_async(bucket.buffer(), state.category, group=state.group).then(lambda f: f.value()[0])
+
+
+def size_buckets(tensors, cap_bytes: int) -> List[List[torch.Tensor]]:
+    """Consecutive tensors in buckets of at most ``cap_bytes`` (a larger tensor gets one alone): one
+    collective per bucket, for tensors no DDP buckets (Stanza's FC gradients)."""
+    buckets: List[List[torch.Tensor]] = [[]]
+    size = 0
+    for t in tensors:
+        if buckets[-1] and size + t.numel() * t.element_size() > cap_bytes:
+            buckets.append([])
+            size = 0
+        buckets[-1].append(t)
+        size += t.numel() * t.element_size()
+    return buckets
+
+
+def flat_collective(tensors: List[torch.Tensor], comm_device: torch.device, collective) -> List[torch.Tensor]:
+    """``collective(buffer)`` on the tensors flattened into one buffer on ``comm_device``; returns the
+    result cut back into the tensors' shapes, on their device (one message instead of one each)."""
+    flat = _flatten_dense_tensors(tensors).to(comm_device)
+    collective(flat)
+    return _unflatten_dense_tensors(flat.to(tensors[0].device), tensors)

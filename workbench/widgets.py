@@ -1,9 +1,9 @@
-"""ipywidgets explorers over the dashboard figures (:mod:`workbench.dashboards`).
+"""ipywidgets explorers over the dashboard figures (:mod:`workbench.analysis`).
 
-    from workbench import dashboards as db, widgets as wb
-    runs, metrics = db.load("experiments/runs/**")
+    from workbench import analysis as an, widgets as wb
+    runs, metrics = an.load("experiments/runs/**")
     wb.RunExplorer(runs, metrics)              # pick a panel, filter paradigms, move the accuracy target
-    wb.WhatIfExplorer(db.whatif_profile(overrides))   # sliders: bandwidth, ranks, compute speed, compressor
+    wb.WhatIfExplorer(an.whatif_profile(overrides))   # sliders: bandwidth, ranks, compute speed, compressor
 
 Each explorer is displayable (the last expression of a cell) and keeps the figure it drew last in
 ``.figure``, so a test (or a notebook cell) can read what is on screen. Figures are redrawn into an
@@ -17,7 +17,7 @@ from typing import Callable, Dict, Optional
 import ipywidgets as W
 import pandas as pd
 
-from workbench import dashboards as db
+from workbench import analysis as an
 
 
 class _Explorer:
@@ -45,12 +45,12 @@ class RunExplorer(_Explorer):
         super().__init__()
         self.runs, self.metrics = runs, metrics
         self.panels: Dict[str, Callable] = {
-            "accuracy vs wall-clock": lambda r, m, t: db.accuracy_vs_time(m),
-            "accuracy vs steps": lambda r, m, t: db.accuracy_vs_time(m, x="step"),
-            "throughput vs workers": lambda r, m, t: db.throughput_vs_workers(r),
-            "time to accuracy": lambda r, m, t: db.time_to_accuracy(m, t),
-            "bytes per step": lambda r, m, t: db.bytes_per_step(m),
-            "Pareto front": lambda r, m, t: db.pareto_front(r),
+            "accuracy vs wall-clock": lambda r, m, t: an.accuracy_vs_time(m),
+            "accuracy vs steps": lambda r, m, t: an.accuracy_vs_time(m, x="step"),
+            "throughput vs workers": lambda r, m, t: an.throughput_vs_workers(r),
+            "time to accuracy": lambda r, m, t: an.time_to_accuracy(m, t),
+            "bytes per step": lambda r, m, t: an.bytes_per_step(m),
+            "Pareto front": lambda r, m, t: an.pareto_front(r),
         }
         paradigms = sorted(runs["paradigm"].unique()) if "paradigm" in runs and len(runs) else []
         self.panel = W.Dropdown(options=list(self.panels), description="panel")
@@ -71,7 +71,7 @@ class RunExplorer(_Explorer):
 
 
 class WhatIfExplorer(_Explorer):
-    """The planner's what-if curves (:func:`workbench.dashboards.whatif_curves`, from the calibrated
+    """The planner's what-if curves (:func:`workbench.analysis.whatif_curves`, from the calibrated
     model in :mod:`workbench.perfmodel`) under sliders, with a compressor's crossover bandwidth and
     Stanza's best allocation as text."""
 
@@ -95,9 +95,9 @@ class WhatIfExplorer(_Explorer):
     def redraw(self) -> None:
         from workbench.perfmodel import paradigms
         p, w, s = self.profile, self.workers.value, self.speedup.value
-        self._show(db.whatif_curves(p, workers=w, gbps=self.gbps.value, speedup=s, overrides=self.overrides))
+        self._show(an.whatif_curves(p, workers=w, gbps=self.gbps.value, speedup=s, overrides=self.overrides))
         c = self.compressor.value
-        cross = db.crossover_gbps(p, w, c, s) if c in p.codecs else float("nan")
+        cross = an.crossover_gbps(p, w, c, s) if c in p.codecs else float("nan")
         prof = p.with_speedup(s * p.speedup)
         cl = paradigms.Cluster(w, self.gbps.value * 1e9 / 8, 50e-6)
         best = max(range(1, w), key=lambda n_f: paradigms.stanza(prof, cl, n_f).samples_per_s)

@@ -1,6 +1,6 @@
 """Suite ``staleness``: time to a target accuracy on the digits for synchronous all-reduce, hardsync,
 n-softsync (several n, with and without learning-rate modulation, with the SSP bound) and async,
-with and without a straggler — Rudra's experiment (PAPERS.md §1) on one machine — and Alchemist's
+with and without a straggler — Rudra's experiment (docs/papers.md §1) on one machine — and Alchemist's
 model-averaging trainers (EASGD, BMUF, local SGD) beside them: which reaches the target first, and
 after how many bytes sent per worker.
 

@@ -8,7 +8,7 @@ predicted throughput next to the measured one, and data parallelism on the same 
 
 Each Stanza run profiles itself first (``trainer.profile=true``: conv and FC time per sample at each
 concurrency, the boundary size, the network's bandwidth), then trains ``--steps`` steps with its fixed
-n_f. Predicted: ``workbench.perfmodel.stanza.throughput`` on that run's own profile, and the PAPERS.md
+n_f. Predicted: ``workbench.perfmodel.stanza.throughput`` on that run's own profile, and the docs/papers.md §2
 reconstruction on the same inputs; measured: global batch / median step period after the first step
 (``summary.json`` → ``stanza``). The last row is ``trainer=sync`` on the same N processes, against
 the data-parallel prediction of the first run's profile. CIFAR-size synthetic data (3×32×32).
@@ -48,7 +48,7 @@ def main(argv=None) -> None:
     for r in rows:  # the error of the medians, not the median of the errors
         if r.get("measured") and r.get("predicted"):
             r["error"] = f"{100 * (r['measured'] / r['predicted'] - 1):+.0f} %"
-    cols = ["allocation", "predicted", "predicted (PAPERS.md reconstruction)", "measured"]
+    cols = ["allocation", "predicted", "predicted (paper's model, docs/papers.md §2)", "measured"]
     cols += ["measured spread", "error", "repeats", "status"] if a.repeats > 1 else ["error", "status"]
     t = report.Table(f"sweep_{a.model}_{a.nproc}", f"{a.model}, N = {a.nproc} processes, b = {a.batch} per CONV "
                      f"worker, {a.steps} steps; samples/s (error = measured / predicted − 1)"
@@ -72,7 +72,7 @@ def sweep(cfgs, nproc: int) -> list:
         dp_pred = dp_pred if dp_pred is not None else st.get("dp_samples_per_s")
         rows.append({"allocation": f"{st['conv_workers']} CONV + {n_f} FC",
                      "predicted": round(st["predicted_samples_per_s"], 1),
-                     "predicted (PAPERS.md reconstruction)": round(st["paper_predicted_by_fc_workers"][str(n_f)], 1),
+                     "predicted (paper's model, docs/papers.md §2)": round(st["paper_predicted_by_fc_workers"][str(n_f)], 1),
                      "measured": round(st["measured_steady_samples_per_s"], 1),
                      "error": f"{100 * st['prediction_error']:+.0f} %", "status": "completed"})
         report.progress(rows[-1])

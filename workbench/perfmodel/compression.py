@@ -1,5 +1,5 @@
 """When does gradient compression pay? The iteration-time model of Agarwal et al. (MLSys'22;
-PAPERS.md §4), extended to all-gather compressors, and its calibration from measured runs.
+docs/papers.md §4), extended to all-gather compressors, and its calibration from measured runs.
 
 Synchronous SGD (DDP) overlaps the all-reduce of k buckets with the backward pass:
 
@@ -7,7 +7,7 @@ Synchronous SGD (DDP) overlaps the all-reduce of k buckets with the backward pas
     ring all-reduce:  T_comm(b, p, BW) = 2α(p−1) + 2·b·(p−1)/(p·BW)
 
 with T_comp the backward compute time, λ ≥ 1 the overlap inefficiency, T_other what lies outside
-the overlap window (forward, optimizer, data). With compression (our extension, as in PAPERS.md):
+the overlap window (forward, optimizer, data). With compression (our extension, as in docs/papers.md):
 b is replaced by the compressed payload b_c, T_encode + T_decode are added outside the max, λ
 shrinks with the communication left beside backward (:func:`iteration_time`), and
 all-gather compressors cost ``T_comm = (p−1)α + (p−1)·b_c/BW``; a compressor needing m collectives

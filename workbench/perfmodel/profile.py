@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
+from workbench.perfmodel.stanza import StanzaInputs
+
 PROFILE_VERSION = 1
 
 
@@ -137,6 +139,28 @@ def measure_ranks(model, spec, b: int, meter, device, comm_device, steps: int,
     v = own.cpu().tolist()
     return {"t_c_at": t_c_at, "t_f_at": t_f_at, "u": v[0] / world, "alpha": v[1], "beta": v[2],
             "beta_allreduce": v[3] / world}
+
+
+def boundary_floats(model, spec, device) -> int:
+    """Floats per sample at the model's conv/FC boundary (the activations Stanza sends)."""
+    import torch
+    with torch.no_grad():
+        was = model.training
+        model.eval()
+        out = model.features(torch.zeros(1, spec.channels, spec.image_size, spec.image_size, device=device))
+        model.train(was)
+    return int(out[0].numel())
+
+
+def stanza_inputs(model, spec, b: int, a: int, meter, device, comm_device, steps: int, make_optimizer: Callable):
+    """:class:`~workbench.perfmodel.stanza.StanzaInputs` of ``model`` at CONV batch ``b`` and ``a``
+    boundary floats, measured by :func:`measure_ranks` with every rank of the group taking part
+    (what ``trainer=stanza`` profiles before it picks n_f)."""
+    m = measure_ranks(model, spec, b, meter, device, comm_device, steps, make_optimizer)
+    counts = model.param_counts()
+    return StanzaInputs(t_c=m["t_c_at"][-1], t_f=m["t_f_at"][-1], a=a, p_c=counts["features"],
+                        p_f=counts["classifier"], b=b, beta=m["beta"], alpha=m["alpha"],
+                        beta_allreduce=m["beta_allreduce"], u=m["u"], t_c_at=m["t_c_at"], t_f_at=m["t_f_at"])
 
 
 # ---------------------------------------------------------------------------------------------

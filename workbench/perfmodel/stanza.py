@@ -7,7 +7,7 @@ Inputs (:class:`StanzaInputs`, measured by ``trainer=stanza trainer.fc_workers=a
 ``workbench/trainers/stanza.py``): ``t_c``/``t_f`` forward+backward seconds per sample of the conv and
 FC parts, ``a`` boundary floats per sample, ``p_c``/``p_f`` parameter counts, ``b`` batch per CONV
 worker, ``beta`` point-to-point bytes/s per node, and four refinements the reconstruction in
-PAPERS.md §2 lacks: ``alpha`` (seconds per message), ``beta_allreduce`` (the ring all-reduce's
+docs/papers.md §2 lacks: ``alpha`` (seconds per message), ``beta_allreduce`` (the ring all-reduce's
 bandwidth, which on shared-memory gloo differs from a single stream's), ``u`` (optimizer seconds
 per parameter: SGD with momentum touches every FC weight three times per step, which on a CPU costs as
 much as the FC forward) and ``t_c_at``/``t_f_at`` (compute time per sample when k ranks compute at
@@ -16,7 +16,7 @@ conv computations at once but only n_f FC ones).
 
 Two step-time models:
 
-* :func:`paper_step_time` -- the reconstruction in PAPERS.md §2, verbatim:
+* :func:`paper_step_time` -- the reconstruction in docs/papers.md §2, verbatim:
   ``T = b t_c + (n_c/n_f)(b t_f + 2 s a b / beta) + 2(n_c-1)/n_c s P_c/beta + 2(n_f-1)/n_f s P_f/beta``.
 * :func:`step_time` -- the schedule ``trainer=stanza`` actually runs, which differs in three ways:
 
@@ -103,7 +103,7 @@ def pieces_on_busiest_fc(n_c: int, n_f: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# The reconstruction of PAPERS.md §2 (kept verbatim, for comparison)
+# The reconstruction of docs/papers.md §2 (kept verbatim, for comparison)
 
 def paper_step_time(x: StanzaInputs, n_c: int, n_f: int) -> float:
     """(With per-concurrency compute times when given, so that both models see the same inputs.)"""
@@ -207,6 +207,59 @@ def choose_allocation(x: StanzaInputs, nodes: int, global_batch: Optional[int] =
         raise ValueError(f"no feasible allocation of {nodes} nodes (global batch {global_batch}, at most {max_batch} samples)")
     best = max(preds, key=lambda n_f: (preds[n_f], -n_f))
     return best, preds
+
+
+@dataclass
+class Allocation:
+    """What ``trainer=stanza`` reports about its allocation: the profiled inputs, the n_f it runs
+    (``fixed``, or the model's ``best`` when auto), every feasible n_f's prediction by this model and
+    by the paper's, and the data-parallel and parameter-server baselines at the chosen n_c."""
+
+    inputs: StanzaInputs
+    fixed: Optional[int]
+    fc_workers: int
+    best: int
+    profile_s: float
+    predictions: Dict[int, float]
+    paper_predictions: Dict[int, float]
+    baselines: Dict[str, float]
+
+    def record(self, nodes: int) -> dict:
+        """The ``kind: stanza_allocation`` record of metrics.jsonl."""
+        return {"kind": "stanza_allocation", "step": 0, "auto": self.fixed is None, "fc_workers": self.fc_workers,
+                "conv_workers": nodes - self.fc_workers, "best_fc_workers": self.best, "profile_s": self.profile_s,
+                "inputs": self.inputs.as_dict(), "predicted_samples_per_s": self.predictions,
+                "paper_predicted_samples_per_s": self.paper_predictions, **self.baselines}
+
+    def line(self) -> str:
+        """Rank 0's report once the allocation is chosen."""
+        preds = ", ".join(f"n_f={k}: {v:.1f}" for k, v in sorted(self.predictions.items()))
+        return (f"stanza: profiled in {self.profile_s:.1f}s: {self.inputs.as_dict()}\nstanza: predicted samples/s {preds}; "
+                f"{'chose' if self.fixed is None else 'fixed'} fc_workers={self.fc_workers} (model's best: {self.best})")
+
+    def summary(self, steady: Optional[float]) -> dict:
+        """The prediction fields of ``summary.json``'s ``stanza`` section, beside the ``steady``
+        measured samples/s (median step period, warm-up dropped)."""
+        pred = self.predictions.get(self.fc_workers)
+        return {"auto": self.fixed is None, "profile_s": self.profile_s, "inputs": self.inputs.as_dict(),
+                "predicted_samples_per_s": pred,
+                "predicted_by_fc_workers": {str(k): v for k, v in self.predictions.items()},
+                "paper_predicted_by_fc_workers": {str(k): v for k, v in self.paper_predictions.items()},
+                "prediction_error": (steady / pred - 1) if (pred and steady) else None,
+                **self.baselines}
+
+
+def allocate(x: StanzaInputs, nodes: int, fixed: Optional[int], global_batch: Optional[int], max_batch: int,
+             profile_s: float) -> Allocation:
+    """The allocation a run with profiled inputs ``x`` takes: ``fixed`` FC workers, or the best
+    predicted (:func:`choose_allocation`), with the paper model's predictions and the baselines."""
+    best, preds = choose_allocation(x, nodes, global_batch=global_batch, max_batch=max_batch)
+    n_f = best if fixed is None else fixed
+    paper = choose_allocation(x, nodes, global_batch=global_batch, max_batch=max_batch, model=paper_throughput)[1]
+    n_c = nodes - n_f
+    xb = x.with_batch(global_batch // n_c) if global_batch is not None else x
+    baselines = {"dp_samples_per_s": dp_throughput(xb, nodes), "ps_samples_per_s": ps_throughput(xb, nodes - 1, 1)}
+    return Allocation(x, fixed, n_f, best, profile_s, preds, paper, baselines)
 
 
 # ---------------------------------------------------------------------------------------------

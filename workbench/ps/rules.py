@@ -1,6 +1,6 @@
 """Gradient update rules of a parameter server: hardsync, n-softsync / async, bounded staleness.
 
-Symbols as in Rudra (PAPERS.md §1): λ workers, the server's timestamp i (updates applied so far), a
+Symbols as in Rudra (docs/papers.md §1): λ workers, the server's timestamp i (updates applied so far), a
 gradient computed on weights with timestamp j and applied at i has staleness τ = i − j.
 
 - **hardsync**: average exactly one gradient from every (still active) worker, update, then answer

@@ -28,7 +28,6 @@ from typing import Dict, Optional
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from workbench import checkpoint as ckpt
 from workbench import data as data_mod
@@ -38,7 +37,7 @@ from workbench.ps import stats as S
 from workbench.ps.protocol import PSClient
 from workbench.ps.server import ServerLoop
 from workbench.ps.sharding import ShardLayout
-from workbench.trainers.base import Trainer, seed_everything
+from workbench.trainers.base import Trainer, eval_metrics, score, seed_everything
 
 
 class PSTrainer(Trainer):
@@ -111,13 +110,8 @@ class PSTrainer(Trainer):
         layout = ShardLayout.of(params, len(self.server_ranks))
         shard = self.rank - self.workers
         rule = self.make_rule(layout.flatten(params, shard).clone(), total)
-        step = ckpt.latest_complete(self.log.run_dir, self.info.world_size)
-        self._resumed = step is not None
-        if self._resumed:
-            state = ckpt.load(self.log.run_dir, self.rank, step)
-            rule.load_state_dict(state["rule"])
-            ckpt.set_rng_state(state["rng"])
-            self.meter.restore_totals(state.get("meter", {}))
+        self._resumed = ckpt.resume(self.log.run_dir, self.rank, self.info.world_size, self.meter,
+                                    lambda s: rule.load_state_dict(s["rule"])) is not None
         c = self.cfg.cluster
         kill = (lambda updates: self._maybe_kill(c.kill_at_step) if updates >= c.kill_at_step else None) \
             if self.rank == c.kill_rank and c.kill_at_step >= 0 else None
@@ -159,18 +153,8 @@ class PSTrainer(Trainer):
         self.steps_done = state["steps_done"]
 
     def _score(self, model) -> Dict[str, float]:
-        was = model.training
-        model.eval()
-        loss, correct, n = 0.0, 0, 0
-        with torch.no_grad():
-            for x, y in data_mod.test_loader(self.test_set, self.cfg, 0, 1):
-                x, y = x.to(self.device), y.to(self.device)
-                out = model(x)
-                loss += F.cross_entropy(out, y, reduction="sum").item()
-                correct += (out.argmax(1) == y).sum().item()
-                n += len(y)
-        model.train(was)
-        return {"test_loss": loss / max(1, n), "test_accuracy": correct / max(1, n)}
+        """The whole test set on this rank alone (no evaluation barrier for the asynchronous protocols)."""
+        return eval_metrics(*score(model, data_mod.test_loader(self.test_set, self.cfg, 0, 1), self.device))
 
     def evaluate(self) -> Dict[str, float]:
         if self.rank != 0:

@@ -17,6 +17,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from workbench import checkpoint as ckpt
 from workbench import data as data_mod
@@ -58,6 +59,42 @@ def build_optimizer(params, optim: DictConfig) -> torch.optim.Optimizer:
                            nesterov=optim.nesterov)
 
 
+def score(model: torch.nn.Module, loader, device: torch.device) -> Tuple[float, int, int]:
+    """The one evaluation: summed cross-entropy, correct predictions and samples of ``model`` (in
+    eval mode, no gradients) over ``loader``'s batches. Callers sum these over shards (one
+    all-reduce) or score the whole test set on one rank (a parameter server's rank 0)."""
+    was = model.training
+    model.eval()
+    loss, correct, n = 0.0, 0, 0
+    with torch.no_grad():
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            out = model(x)
+            loss += F.cross_entropy(out, y, reduction="sum").item()
+            correct += (out.argmax(1) == y).sum().item()
+            n += len(y)
+    model.train(was)
+    return loss, correct, n
+
+
+def eval_metrics(loss: float, correct: float, n: float) -> Dict[str, float]:
+    """``test_loss`` (mean cross-entropy) and ``test_accuracy`` from :func:`score`'s sums."""
+    n = max(1.0, n)
+    return {"test_loss": loss / n, "test_accuracy": correct / n}
+
+
+def wrap_ddp(module: torch.nn.Module, device: torch.device, bucket_cap_mb: float, hook_state=None, hook=None,
+             **kwargs) -> DDP:
+    """The one DDP wiring: ``module`` under DistributedDataParallel (its GPU as the device id, none
+    on CPU), with ``hook(hook_state, bucket)`` as its communication hook where given (the meter's
+    all-reduce, a compressor's, Stanza's sum over the CONV group); ``kwargs`` go to DDP."""
+    ids = [device.index] if device.type == "cuda" else None
+    ddp = DDP(module, device_ids=ids, bucket_cap_mb=bucket_cap_mb, **kwargs)
+    if hook is not None:
+        ddp.register_comm_hook(hook_state, hook)
+    return ddp
+
+
 def restart_count() -> int:
     """How many times the elastic agent has restarted this group (0 on the first attempt)."""
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
@@ -89,14 +126,14 @@ class Trainer:
         ``make gpu-check``); e.g. a parameter server needs a server rank besides the workers."""
         return []
 
-    # -- the paradigm's label and performance model (workbench.plan, the dashboards) -------------------
+    # -- the paradigm's label and performance model (workbench.plan, workbench.analysis) -------------------
     PARADIGM_KEYS = ("trainer.mode", "trainer.protocol", "compressor.name")  # qualifiers, where set
 
     @classmethod
     def paradigm(cls, get: Callable[[str], object]) -> str:
         """The label of a run of this trainer: its name qualified by its mode/protocol and compressor
         where it has them (``ps/async``, ``compressed/powersgd``; ``sync``). ``get(key)`` reads a
-        dotted config key (``trainer.mode``) of the run, None where it has none. The dashboards, the
+        dotted config key (``trainer.mode``) of the run, None where it has none. workbench.analysis, the
         planner and its JSON use this one function."""
         name = cls.name
         for key in cls.PARADIGM_KEYS:
@@ -165,21 +202,11 @@ class Trainer:
         model = self.eval_model()
         stats = torch.zeros(3, dtype=torch.float64)
         if self.is_worker and model is not None:
-            was = model.training
-            model.eval()
-            with torch.no_grad():
-                for x, y in data_mod.test_loader(self.test_set, self.cfg, self.worker_index, self.workers):
-                    x, y = x.to(self.device), y.to(self.device)
-                    out = model(x)
-                    stats[0] += F.cross_entropy(out, y, reduction="sum").item()
-                    stats[1] += (out.argmax(1) == y).sum().item()
-                    stats[2] += len(y)
-            model.train(was)
-        stats = stats.to(self.device if self.info.backend == "nccl" else "cpu")
+            loader = data_mod.test_loader(self.test_set, self.cfg, self.worker_index, self.workers)
+            stats = torch.tensor(score(model, loader, self.device), dtype=torch.float64)
+        stats = stats.to(self.info.comm_device)
         self.meter.all_reduce(stats, "eval")
-        stats = stats.cpu()
-        n = max(1.0, stats[2].item())
-        return {"test_loss": stats[0].item() / n, "test_accuracy": stats[1].item() / n}
+        return eval_metrics(*stats.cpu().tolist())
 
     def save_final_model(self) -> None:
         """Rank 0 writes the final weights to ``model.pt`` (a plain state dict)."""
@@ -235,14 +262,10 @@ class Trainer:
 
     def _resume(self) -> Optional[dict]:
         """Load the newest complete checkpoint, if any (after a restart or `workbench resume`)."""
-        step = ckpt.latest_complete(self.log.run_dir, self.info.world_size)
-        if step is None:
-            return None
-        state = ckpt.load(self.log.run_dir, self.rank, step)
-        self.load_state_dict(state["trainer"])
-        ckpt.set_rng_state(state["rng"])
-        self.meter.restore_totals(state.get("meter", {}))
-        self.log.truncate_after(step)
+        state = ckpt.resume(self.log.run_dir, self.rank, self.info.world_size, self.meter,
+                            lambda s: self.load_state_dict(s["trainer"]))
+        if state is not None:
+            self.log.truncate_after(state["step"])
         return state
 
     # -- the loop ----------------------------------------------------------------------------------

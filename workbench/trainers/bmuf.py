@@ -1,4 +1,4 @@
-"""Block-momentum model update filtering (BMUF; Chen & Huo, ICASSP'16; PAPERS.md §3), and local SGD.
+"""Block-momentum model update filtering (BMUF; Chen & Huo, ICASSP'16; docs/papers.md §3), and local SGD.
 
 Every rank trains its own copy with local SGD (the run's optimizer and schedule). After every
 ``trainer.block`` local steps one metered all-reduce (category ``allreduce``) averages the models,

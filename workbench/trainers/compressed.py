@@ -1,5 +1,5 @@
 """Compressed synchronous SGD: DDP whose gradient exchange goes through a compressor, bucket by
-bucket, overlapped with the backward pass (workbench/compress/, Agarwal et al. in PAPERS.md §4).
+bucket, overlapped with the backward pass (workbench/compress/, Agarwal et al. in docs/papers.md §4).
 
     python -m workbench trainer=compressed compressor=powersgd compressor.rank=4 cluster.nproc=4
     python -m workbench trainer=compressed compressor=topk compressor.k=0.01 compressor.error_feedback=true
@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import List
 
 import torch
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 from workbench import data as data_mod
 from workbench.compress import build_compressor
@@ -72,14 +71,8 @@ class CompressedTrainer(SyncTrainer):
             raise ConfigError(f"invalid value {list(t.calibrate_sizes_kb)!r} for trainer.calibrate_sizes_kb: sizes must be > 0")
 
     def setup(self) -> None:
-        self.model = self.build_model()
-        ids = [self.device.index] if self.device.type == "cuda" else None
-        self.ddp = DDP(self.model, device_ids=ids, bucket_cap_mb=self.cfg.trainer.bucket_cap_mb)
-        self.compressor = build_compressor(self.cfg.compressor, self.rank, self.info.world_size, self.cfg.seed)
-        self.hook_state = CompressionHookState(self.compressor, self.meter, seed=self.cfg.seed)
-        self.ddp.register_comm_hook(self.hook_state, compression_hook)
+        super().setup()  # DDP with comm_hook()'s compressor, and the optimizer (it holds no state yet)
         self.settle_buckets()
-        self.optimizer = build_optimizer_for(self)
         self._steps_done = 0
         self._times = {}
         self.calibration = self.calibrate() if self.cfg.trainer.calibrate_steps > 0 else None
@@ -95,6 +88,11 @@ class CompressedTrainer(SyncTrainer):
         t3 = time.perf_counter()
         self._times = {"forward_ms": 1e3 * (t1 - t0), "backward_ms": 1e3 * (t2 - t1), "optimizer_ms": 1e3 * (t3 - t2)}
         return loss.detach()
+
+    def comm_hook(self) -> tuple:
+        self.compressor = build_compressor(self.cfg.compressor, self.rank, self.info.world_size, self.cfg.seed)
+        self.hook_state = CompressionHookState(self.compressor, self.meter, seed=self.cfg.seed)
+        return self.hook_state, compression_hook
 
     def step_metrics(self):
         self._steps_done += 1
@@ -146,7 +144,7 @@ class CompressedTrainer(SyncTrainer):
         self.model.zero_grad(set_to_none=True)
         self.model.load_state_dict(saved)
         med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
-        dev = self.device if self.info.backend == "nccl" else "cpu"
+        dev = self.info.comm_device
 
         def timed(coll: str, buf) -> dict:
             times = []
@@ -193,8 +191,3 @@ class CompressedTrainer(SyncTrainer):
         super().load_state_dict(state)
         if "compressor" in state:
             self.hook_state.load_state_dict(state["compressor"])
-
-
-def build_optimizer_for(trainer):
-    from workbench.trainers.base import build_optimizer
-    return build_optimizer(trainer.ddp.parameters(), trainer.cfg.optim)

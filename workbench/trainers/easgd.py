@@ -1,4 +1,4 @@
-"""Elastic averaging SGD (Zhang, Choromanska & LeCun 2015; PAPERS.md §3) with the centre variable
+"""Elastic averaging SGD (Zhang, Choromanska & LeCun 2015; docs/papers.md §3) with the centre variable
 x̃ on the parameter servers.
 
 Workers train their own copy x_i with local SGD (the run's optimizer and schedule); every

@@ -1,4 +1,4 @@
-"""Bounded-staleness asynchronous SGD on the parameter server: Rudra's protocols (PAPERS.md §1).
+"""Bounded-staleness asynchronous SGD on the parameter server: Rudra's protocols (docs/papers.md §1).
 
 Workers and servers as in ``trainer=ps``; what changes is when a server updates and how it weighs
 a gradient by its staleness τ (server clock at apply time minus the clock of the weights the

@@ -1,4 +1,4 @@
-"""Stanza layer separation (Wu, Xu et al., arXiv 1812.10624; PAPERS.md §2): of N ranks, n_c CONV
+"""Stanza layer separation (Wu, Xu et al., arXiv 1812.10624; docs/papers.md §2): of N ranks, n_c CONV
 workers train only the model's ``features`` on their data shards and n_f FC workers train only its
 ``classifier``; FC parameters and gradients never cross the cluster, only boundary activations and
 their gradients do.
@@ -49,18 +49,16 @@ from typing import Any, Dict, List, Optional
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
-from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import Dataset
 
 from workbench import data as data_mod
 from workbench.config import ConfigError, TrainerConfig, register_trainer_schema
-from workbench.meter import AllreduceHookState
+from workbench.meter import AllreduceHookState, flat_collective, metered_sum_hook, size_buckets
 from workbench.models import MODELS, SplitModel
 from workbench.perfmodel import stanza as pm
-from workbench.perfmodel.profile import measure_ranks
+from workbench.perfmodel.profile import boundary_floats, stanza_inputs
 from workbench.trainers import TRAINERS
-from workbench.trainers.base import Trainer, build_optimizer
+from workbench.trainers.base import Trainer, build_optimizer, wrap_ddp
 
 
 @dataclass
@@ -105,12 +103,6 @@ def conv_candidates(cfg) -> List[int]:
     return [c for c in range(1, n) if g is None or g % c == 0]
 
 
-def metered_sum_hook(state, bucket):  # no annotations: DDP checks them, and this module defers them
-    """DDP hook: *sum* (not average) a bucket over the CONV group. The FC side already divides the
-    loss by the global batch, so the sum is the global-batch gradient."""
-    return state.meter.all_reduce_async(bucket.buffer(), state.category, group=state.group).then(lambda f: f.value()[0])
-
-
 class _IndexOnly(Dataset):
     """What an FC worker iterates: the training set's length, so that it runs exactly as many steps
     per epoch as the CONV workers, and no data (its inputs come from the CONV workers)."""
@@ -126,29 +118,6 @@ class _IndexOnly(Dataset):
     def __getitem__(self, i):
         return self._empty, 0
 
-
-def boundary_floats(model: SplitModel, spec, device) -> int:
-    with torch.no_grad():
-        was = model.training
-        model.eval()
-        out = model.features(torch.zeros(1, spec.channels, spec.image_size, spec.image_size, device=device))
-        model.train(was)
-    return int(out[0].numel())
-
-
-# ---------------------------------------------------------------------------------------------
-# Profiling: the one profiler of the project (workbench/perfmodel/profile.py) measures the model's
-# inputs with every rank taking part.
-
-def profile(model: SplitModel, spec, b: int, a: int, meter, device, comm_device, steps: int, optim_cfg) -> pm.StanzaInputs:
-    m = measure_ranks(model, spec, b, meter, device, comm_device, steps, lambda ps: build_optimizer(ps, optim_cfg))
-    counts = model.param_counts()
-    return pm.StanzaInputs(t_c=m["t_c_at"][-1], t_f=m["t_f_at"][-1], a=a, p_c=counts["features"],
-                           p_f=counts["classifier"], b=b, beta=m["beta"], alpha=m["alpha"],
-                           beta_allreduce=m["beta_allreduce"], u=m["u"], t_c_at=m["t_c_at"], t_f_at=m["t_f_at"])
-
-
-# ---------------------------------------------------------------------------------------------
 
 @TRAINERS.register("stanza")
 class StanzaTrainer(Trainer):
@@ -207,12 +176,11 @@ class StanzaTrainer(Trainer):
     def setup(self) -> None:
         cfg = self.cfg
         self.model = self.build_model()
-        self.comm_device = self.device if self.info.backend == "nccl" else torch.device("cpu")
+        self.comm_device = self.info.comm_device
         self.n = self.info.world_size
         self.a = boundary_floats(self.model, self.spec, self.device)
         n_f = fixed_fc_workers(cfg)
-        self.inputs: Optional[pm.StanzaInputs] = None
-        self.predictions: Dict[int, float] = {}
+        self.allocation: Optional[pm.Allocation] = None
         if n_f is None or cfg.trainer.profile:
             n_f = self._profile_and_choose(n_f)
         self._assign_roles(n_f)
@@ -221,33 +189,19 @@ class StanzaTrainer(Trainer):
         self._periods: List[float] = []
 
     def _profile_and_choose(self, fixed: Optional[int]) -> int:
+        """Profile every rank (workbench.perfmodel.profile), let the model choose or price the
+        allocation (workbench.perfmodel.stanza), and log what it said."""
         cfg = self.cfg
         g = cfg.data.global_batch_size
-        cands = conv_candidates(cfg)
-        b = g // max(cands) if g is not None else cfg.data.batch_size
+        b = g // max(conv_candidates(cfg)) if g is not None else cfg.data.batch_size
         t0 = time.perf_counter()
-        x = profile(self.model, self.spec, b, self.a, self.meter, self.device, self.comm_device,
-                    cfg.trainer.profile_steps, cfg.optim)
-        self.profile_s = time.perf_counter() - t0
-        self.inputs = x
-        best, self.predictions = pm.choose_allocation(x, self.n, global_batch=g, max_batch=len(self.train_set))
-        n_f = best if fixed is None else fixed
-        self.paper_predictions = pm.choose_allocation(x, self.n, global_batch=g, max_batch=len(self.train_set),
-                                                      model=pm.paper_throughput)[1]
-        n_c = self.n - n_f
-        xb = x.with_batch(g // n_c) if g is not None else x
-        self.baselines = {"dp_samples_per_s": pm.dp_throughput(xb, self.n),
-                          "ps_samples_per_s": pm.ps_throughput(xb, self.n - 1, 1)}
-        record = {"kind": "stanza_allocation", "step": 0, "auto": fixed is None, "fc_workers": n_f,
-                  "conv_workers": n_c, "best_fc_workers": best, "profile_s": self.profile_s,
-                  "inputs": x.as_dict(), "predicted_samples_per_s": self.predictions,
-                  "paper_predicted_samples_per_s": self.paper_predictions, **self.baselines}
-        self.log.log(record)
+        x = stanza_inputs(self.model, self.spec, b, self.a, self.meter, self.device, self.comm_device,
+                          cfg.trainer.profile_steps, lambda ps: build_optimizer(ps, cfg.optim))
+        self.allocation = pm.allocate(x, self.n, fixed, g, len(self.train_set), time.perf_counter() - t0)
+        self.log.log(self.allocation.record(self.n))
         if self.rank == 0:
-            preds = ", ".join(f"n_f={k}: {v:.1f}" for k, v in sorted(self.predictions.items()))
-            print(f"stanza: profiled in {self.profile_s:.1f}s: {x.as_dict()}\nstanza: predicted samples/s {preds}; "
-                  f"{'chose' if fixed is None else 'fixed'} fc_workers={n_f} (model's best: {best})", flush=True)
-        return n_f
+            print(self.allocation.line(), flush=True)
+        return self.allocation.fc_workers
 
     def _assign_roles(self, n_f: int) -> None:
         cfg, n = self.cfg, self.n
@@ -264,12 +218,12 @@ class StanzaTrainer(Trainer):
         if self.is_conv:
             self.worker_index, self.is_worker = self.rank, True
             self.fc_peer = self.n_c + self.rank % n_f
-            ids = [self.device.index] if self.device.type == "cuda" else None
-            # No buffer broadcast: it would bypass the meter; BN statistics are synchronised for
+            # Summed, not averaged: the FC side already divides the loss by the global batch. No
+            # buffer broadcast: it would bypass the meter; BN statistics are synchronised for
             # evaluation instead (_sync_for_eval).
-            self.ddp = DDP(self.model.features, device_ids=ids, process_group=self.conv_group,
-                           bucket_cap_mb=cfg.trainer.bucket_cap_mb, broadcast_buffers=False)
-            self.ddp.register_comm_hook(AllreduceHookState(self.meter, self.conv_group, "allreduce_conv"), metered_sum_hook)
+            self.ddp = wrap_ddp(self.model.features, self.device, cfg.trainer.bucket_cap_mb,
+                                AllreduceHookState(self.meter, self.conv_group, "allreduce_conv"), metered_sum_hook,
+                                process_group=self.conv_group, broadcast_buffers=False)
             self.optimizer = build_optimizer(self.model.features.parameters(), cfg.optim)
             self.grad_buf = torch.empty(b, a, device=cd)
             self.loss_buf = torch.zeros(1, device=cd)
@@ -280,15 +234,7 @@ class StanzaTrainer(Trainer):
             self.act_bufs = [torch.empty(b, a, device=cd) for _ in self.pieces]
             self.label_bufs = [torch.empty(b, dtype=torch.int64, device=cd) for _ in self.pieces]
             self.train_set = _IndexOnly(len(self.train_set))
-            cap = int(cfg.trainer.bucket_cap_mb * 2**20)
-            self.fc_buckets: List[List[torch.nn.Parameter]] = [[]]
-            size = 0
-            for p in self.model.classifier.parameters():
-                if self.fc_buckets[-1] and size + p.numel() * p.element_size() > cap:
-                    self.fc_buckets.append([])
-                    size = 0
-                self.fc_buckets[-1].append(p)
-                size += p.numel() * p.element_size()
+            self.fc_buckets = size_buckets(self.model.classifier.parameters(), int(cfg.trainer.bucket_cap_mb * 2**20))
 
     # -- one step -----------------------------------------------------------------------------------
     def train_step(self, x, y):
@@ -343,9 +289,9 @@ class StanzaTrainer(Trainer):
             return
         for bucket in self.fc_buckets:
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in bucket]
-            flat = _flatten_dense_tensors(grads).to(self.comm_device)
-            self.meter.all_reduce(flat, "allreduce_fc", group=self.fc_group)
-            for p, g in zip(bucket, _unflatten_dense_tensors(flat.to(self.device), grads)):
+            summed = flat_collective(grads, self.comm_device,
+                                     lambda flat: self.meter.all_reduce(flat, "allreduce_fc", group=self.fc_group))
+            for p, g in zip(bucket, summed):
                 p.grad = g
 
     # -- evaluation and the final model ---------------------------------------------------------------
@@ -357,16 +303,16 @@ class StanzaTrainer(Trainer):
         clf = [t for t in list(self.model.classifier.parameters()) + list(self.model.classifier.buffers())
                if t.is_floating_point()]
         if clf:
-            flat = _flatten_dense_tensors([t.detach() for t in clf]).to(self.comm_device)
-            self.meter.broadcast(flat, self.fc_ranks[0], "eval_sync")
+            got = flat_collective([t.detach() for t in clf], self.comm_device,
+                                  lambda flat: self.meter.broadcast(flat, self.fc_ranks[0], "eval_sync"))
             with torch.no_grad():
-                for t, v in zip(clf, _unflatten_dense_tensors(flat.to(self.device), clf)):
+                for t, v in zip(clf, got):
                     t.copy_(v)
         bufs = [t for t in self.model.features.buffers() if t.is_floating_point()]
         if bufs and self.is_conv and self.n_c > 1:
-            flat = _flatten_dense_tensors(bufs).to(self.comm_device)
-            self.meter.broadcast(flat, 0, "eval_sync", group=self.conv_group)
-            for t, v in zip(bufs, _unflatten_dense_tensors(flat.to(self.device), bufs)):
+            got = flat_collective(bufs, self.comm_device,
+                                  lambda flat: self.meter.broadcast(flat, 0, "eval_sync", group=self.conv_group))
+            for t, v in zip(bufs, got):
                 t.copy_(v)
         self._synced_at = self._steps_done
 
@@ -391,17 +337,10 @@ class StanzaTrainer(Trainer):
             "measured_samples_per_s": summary.get("samples_per_s"),
             "measured_steady_samples_per_s": steady,
         }
-        if self.inputs is not None:
-            pred = self.predictions.get(self.n_f)
-            info.update({"auto": fixed_fc_workers(self.cfg) is None, "profile_s": self.profile_s,
-                         "inputs": self.inputs.as_dict(),
-                         "predicted_samples_per_s": pred,
-                         "predicted_by_fc_workers": {str(k): v for k, v in self.predictions.items()},
-                         "paper_predicted_by_fc_workers": {str(k): v for k, v in self.paper_predictions.items()},
-                         "prediction_error": (steady / pred - 1) if (pred and steady) else None,
-                         **self.baselines})
+        if self.allocation is not None:
+            info.update(self.allocation.summary(steady))
         summary["stanza"] = info
-        if self.rank == 0 and self.inputs is not None:
+        if self.rank == 0 and self.allocation is not None:
             print(f"stanza: {self.n_c} CONV + {self.n_f} FC workers: predicted {info['predicted_samples_per_s'] or float('nan'):.1f} "
                   f"samples/s, measured {steady or float('nan'):.1f} (steady), "
                   f"{summary.get('samples_per_s') or float('nan'):.1f} (all steps)", flush=True)

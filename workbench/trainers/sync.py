@@ -10,12 +10,10 @@ communication hook that does exactly DDP's default all-reduce, counted by the me
 """
 from dataclasses import dataclass
 
-from torch.nn.parallel import DistributedDataParallel as DDP
-
 from workbench.config import ConfigError, TrainerConfig, register_trainer_schema
 from workbench.meter import AllreduceHookState, metered_allreduce_hook
 from workbench.trainers import TRAINERS
-from workbench.trainers.base import Trainer, build_optimizer
+from workbench.trainers.base import Trainer, build_optimizer, wrap_ddp
 
 
 @dataclass
@@ -48,11 +46,13 @@ class SyncTrainer(Trainer):
 
     def setup(self) -> None:
         self.model = self.build_model()
-        ids = [self.device.index] if self.device.type == "cuda" else None
-        self.ddp = DDP(self.model, device_ids=ids, bucket_cap_mb=self.cfg.trainer.bucket_cap_mb)
-        if self.cfg.trainer.metered:
-            self.ddp.register_comm_hook(AllreduceHookState(self.meter), metered_allreduce_hook)
+        self.ddp = wrap_ddp(self.model, self.device, self.cfg.trainer.bucket_cap_mb, *self.comm_hook())
         self.optimizer = build_optimizer(self.ddp.parameters(), self.cfg.optim)
+
+    def comm_hook(self) -> tuple:
+        """``(state, hook)`` of DDP's gradient exchange: the meter's plain all-reduce (none: DDP's
+        built-in one, unmetered). A subclass exchanges gradients its own way by returning its own."""
+        return (AllreduceHookState(self.meter), metered_allreduce_hook) if self.cfg.trainer.metered else ()
 
     def train_step(self, x, y):
         self.optimizer.zero_grad(set_to_none=True)

@@ -1,0 +1,86 @@
+"""What-if on the one calibrated performance model (:mod:`workbench.perfmodel`, through
+:func:`workbench.plan.plan`, docs/planner.md): predicted throughput of every paradigm at bandwidths
+and rank counts nobody ran, a compressor's crossover bandwidth, Stanza's predicted allocation sweep.
+Analysis carries no model of its own; it asks the planner's. The profile is this machine's
+measurement of the model (``experiments/profiles/``, measured once on first use).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, List, Optional, Sequence
+
+import pandas as pd
+
+if TYPE_CHECKING:
+    from workbench.perfmodel.profile import Profile
+
+def available_compressors() -> List[str]:
+    """The compressor config files in conf/compressor/ (each one a ``compressor=<name>`` choice)."""
+    from workbench.config import conf_dir
+    return sorted(p.stem for p in (conf_dir() / "compressor").glob("*.yaml"))
+
+
+def whatif_profile(overrides: Sequence[str] = (), ranks: int = 2, root: Optional[str] = None) -> "Profile":
+    """This machine's profile of the model the ``overrides`` name (measured once with ``ranks``
+    processes and every compressor's codec, then read from ``experiments/profiles/``)."""
+    import workbench
+    from workbench.perfmodel.profile import load_or_measure
+    from workbench.plan import _split_overrides
+    shared, _, _ = _split_overrides(list(overrides))
+    cfg = workbench.compose(shared)
+    comps = {c: workbench.compose([f"compressor={c}"]).compressor for c in available_compressors() if c != "none"}
+    from workbench.compress.profile import measure_codecs
+    return load_or_measure(cfg, ranks, comps, root=root or cfg.output_root, log=lambda s: None, codec_fn=measure_codecs)
+
+
+def whatif_frame(profile: "Profile", gbps: Sequence[float], workers: Sequence[int], overrides: Sequence[str] = (),
+                 speedup: float = 1.0, latency: str = "50us") -> pd.DataFrame:
+    """Predicted samples/s of every planned paradigm (workbench.plan) at each bandwidth (Gbit/s)
+    and process count, one rank per host; Stanza and the n-softsync protocols are shown by their
+    best variant (``stanza (best n_f)``, ``staleness (best n)``)."""
+    from workbench.plan import plan
+    df = plan(list(overrides), bandwidths=[f"{g:.6g}gbit" for g in gbps], workers=[int(w) for w in workers],
+              profile=profile, speedup=speedup, latency=latency)
+    if df.empty:
+        return pd.DataFrame(columns=["workers", "gbps", "paradigm", "samples_per_s"])
+    df = df.assign(gbps=df["bandwidth_bps"] / 1e9, samples_per_s=df["predicted_samples_per_s"])
+    fam = df["paradigm"].str.extract(r"^(stanza|staleness)/(n_f|n)=\d+$")
+    best = fam[0].notna()
+    df.loc[best, "paradigm"] = fam[0][best] + " (best " + fam[1][best] + ")"
+    df = df.sort_values("samples_per_s", ascending=False).drop_duplicates(["workers", "gbps", "paradigm"])
+    return df[["workers", "gbps", "paradigm", "samples_per_s"]].sort_values(["paradigm", "workers", "gbps"]).reset_index(drop=True)
+
+
+def crossover_gbps(profile: "Profile", workers: int, compressor: str, speedup: float = 1.0, latency: str = "50us") -> float:
+    """Gbit/s below which ``compressor`` beats synchronous all-reduce on ``workers`` ranks (one per
+    host), from the calibrated model; inf if at every rate, NaN if at none."""
+    from workbench.network import parse_time
+    from workbench.perfmodel import paradigms
+    prof = profile.with_speedup(speedup * profile.speedup) if speedup != 1.0 else profile
+    x = paradigms.crossover_bps(prof, paradigms.Cluster(workers, 1.25e9, parse_time(latency, "latency")), compressor)
+    return float("nan") if x is None else x / 1e9
+
+
+def crossover_table(table: pd.DataFrame, profile: "Profile", workers: int = 8, speedup: float = 1.0) -> pd.DataFrame:
+    """For each compressor row of :func:`compression_table` (paradigm ``compressed/<name>``): its
+    measured ratio and encode+decode time, and the bandwidth below which the calibrated model says
+    it beats plain all-reduce on ``workers`` ranks (from the profile's codec measurement)."""
+    rows = []
+    for r in table.to_dict("records"):
+        name = str(r.get("paradigm", "")).partition("/")[2]
+        if not name or name not in profile.codecs:
+            continue
+        enc = ((r.get("encode_ms") or 0.0) + (r.get("decode_ms") or 0.0))
+        rows.append({"label": r["label"], "compression_ratio": r.get("compression_ratio"), "encode_decode_ms": enc,
+                     "crossover_gbps": crossover_gbps(profile, workers, name, speedup)})
+    return pd.DataFrame(rows, columns=["label", "compression_ratio", "encode_decode_ms", "crossover_gbps"])
+
+
+def stanza_prediction(profile: "Profile", nodes: Sequence[int], fc_workers: Sequence[int], gbps: float) -> List[float]:
+    """Predicted samples/s of Stanza with ``fc_workers[i]`` FC ranks out of ``nodes[i]`` (one per
+    host, ``gbps`` Gbit/s, 50 µs latency); NaN where no CONV rank would be left."""
+    from workbench.perfmodel import paradigms
+    pred = []
+    for n, n_f in zip(nodes, fc_workers):
+        cl = paradigms.Cluster(int(n), gbps * 1e9 / 8, 50e-6)
+        pred.append(paradigms.stanza(profile, cl, int(n_f)).samples_per_s if int(n) - int(n_f) >= 1 else float("nan"))
+    return pred
