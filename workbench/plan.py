@@ -175,7 +175,7 @@ def variants(overrides: Sequence[str], ranks: int) -> Tuple[List[Variant], List[
     return out, skipped
 
 
-MAX_VARIANTS = 12  # per trainer: n-softsync has λ − 1 variants, too many to plan one by one at 1024 workers
+MAX_VARIANTS = 64  # per trainer: n-softsync has λ − 1 variants (Stanza: n_f), too many to plan one by one at 1024 workers
 
 
 def _thin(vos: List[List[str]], keep: int = MAX_VARIANTS) -> List[List[str]]:

@@ -29,6 +29,7 @@ SUITES = {
     "compression": "workbench.bench.compression",
     "bandwidth": "workbench.bench.bandwidth",
     "planner": "workbench.bench.planner",
+    "sim": "workbench.bench.sim",
     "calibrate": "workbench.network.calibrate",
 }
 
@@ -50,6 +51,7 @@ ALL = [
     ("compression", ["--models", "resnet18", "--repeats", "3"]),
     ("compression", ["--models", "vgg16"]),
     ("planner", []),
+    ("sim", []),
     ("bandwidth", []),  # root: emulated links
 ]
 

@@ -1,0 +1,101 @@
+"""The simulator against real runs at small λ: the same protocol, workers and steps, once for real
+(``trainer=staleness`` on this machine's processes) and once simulated from this machine's profile.
+
+Per run: the real τ histogram, ⟨τ⟩, max τ and samples/s (the servers' gradients × batch over rank 0's
+training time) beside the simulator's, with the errors: |Δ⟨τ⟩|, the total-variation distance between
+the two τ distributions (½ Σ|p − q|: 0 identical, 1 disjoint) and the samples/s error. The simulator
+gets the profile's compute time (forward+backward with λ ranks computing on this host), optimizer
+and link; only the compute *spread* (cv) is taken from the real run: rank 0's per-step time less
+its communication, whose mean is shown beside the profile's so a reader sees what the profile misses.
+"""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from workbench.sim.ps import simulate
+from workbench.sim.spec import SimSpec
+
+BATCH = 16
+
+
+def protocols(lam: int, delay: float) -> list:
+    """(label, overrides, SimSpec fields) of the runs compared at λ workers."""
+    rows = [("hardsync", ["trainer.protocol=hardsync"], dict(protocol="hardsync")),
+            ("1-softsync", ["trainer.n=1"], dict(n=1))]
+    rows.append((f"{lam}-softsync (async)", [f"trainer.n={lam}"], dict(n=lam)))
+    if delay > 0:
+        rows.append((f"{lam}-softsync, straggler +{delay:g} s", [f"trainer.n={lam}", "cluster.straggler_ranks=[1]",
+                                                                   f"cluster.straggler_delay_s={delay}"],
+                     dict(n=lam, stragglers=((1, 1.0, delay),))))
+    return rows
+
+
+def tv_distance(p: Sequence[int], q: Sequence[int]) -> float:
+    """Total-variation distance between two histograms (normalised here)."""
+    sp, sq = sum(p) or 1, sum(q) or 1
+    n = max(len(p), len(q))
+    return 0.5 * sum(abs((p[i] if i < len(p) else 0) / sp - (q[i] if i < len(q) else 0) / sq) for i in range(n))
+
+
+def measured_compute(records) -> List[float]:
+    """Rank 0's seconds per step outside communication (the first 2 steps left out: warm-up)."""
+    out = []
+    for r in records:
+        if r.get("kind") == "train" and r["step"] > 2:
+            out.append(max(0.0, r["step_time"] - sum(c.get("time", 0.0) for c in (r.get("comm") or {}).values())))
+    return out
+
+
+def real_run(lam: int, overrides: List[str], steps: int, out: Path):
+    import workbench
+    cfg = workbench.compose(["trainer=staleness", *overrides, f"cluster.nproc={lam + 1}", f"trainer.max_steps={steps}",
+                             "trainer.eval_every=100000", f"data.batch_size={BATCH}", "trainer.progress=false",
+                             "checkpoint.every=0", "cluster.timeout_s=300", f"output_root={out}"])
+    return workbench.launch(cfg, progress=False, check=False)
+
+
+def profile_for(lam: int, root: Path, log=print):
+    """This machine's profile of the small CNN with λ + 1 ranks (cached under ``root``/profiles)."""
+    import workbench
+    from workbench.perfmodel.profile import load_or_measure
+    cfg = workbench.compose([f"data.batch_size={BATCH}", f"cluster.nproc={lam + 1}"])
+    return load_or_measure(cfg, lam + 1, None, root=str(root), log=log)
+
+
+def compare(lams: Sequence[int] = (2, 4), steps: int = 100, delay: float = 0.05, out: Optional[Path] = None,
+            log=print) -> List[dict]:
+    """Run every protocol of :func:`protocols` for real and simulated at each λ; one row each."""
+    out = Path(out or "experiments/bench/sim")
+    rows = []
+    for lam in lams:
+        prof = profile_for(lam, out, log)
+        for label, ov, fields in protocols(lam, delay):
+            run = real_run(lam, ov, steps, out / "runs")
+            s = run.summary
+            ps = s.get("ps") or {}
+            if s.get("status") != "completed" or not ps:
+                rows.append({"λ": lam, "protocol": label, "status": s.get("status")})
+                continue
+            comp = measured_compute(run.records())
+            cv = statistics.pstdev(comp) / statistics.mean(comp) if len(comp) > 1 and statistics.mean(comp) > 0 else 0.0
+            spec = SimSpec(workers=lam, compute_s=prof.compute_s(min(lam, prof.ranks)), model_bytes=prof.model_bytes,
+                           bandwidth=prof.beta, latency=prof.alpha, update_s=prof.update_s(), steps=steps,
+                           batch=BATCH, cv=min(cv, 10.0), seed=lam, **fields)
+            sim = simulate(spec)
+            real_sps = ps["gradients"] * BATCH / s["train_time_s"]
+            rows.append({"λ": lam, "protocol": label, "steps": steps,
+                         "compute ms (profile / real)": f"{1e3 * spec.compute_s:.1f} / {1e3 * statistics.mean(comp):.1f}",
+                         "cv": round(cv, 2),
+                         "⟨τ⟩ real": round(ps["staleness_mean"], 2), "⟨τ⟩ sim": round(sim["mean_staleness"], 2),
+                         "max τ real": ps["staleness_max"], "max τ sim": sim["max_staleness"],
+                         "τ hist real": " ".join(map(str, ps["staleness_hist"])),
+                         "τ hist sim": " ".join(map(str, sim["staleness_hist"])),
+                         "TV distance": round(tv_distance(ps["staleness_hist"], sim["staleness_hist"]), 3),
+                         "samples/s real": round(real_sps), "samples/s sim": round(sim["samples_per_s"]),
+                         "samples/s error": f"{100 * (sim['samples_per_s'] / real_sps - 1):+.0f} %",
+                         "run": run.path.name})
+            log(f"λ={lam} {label}: ⟨τ⟩ {rows[-1]['⟨τ⟩ real']} real, {rows[-1]['⟨τ⟩ sim']} sim; "
+                f"samples/s {rows[-1]['samples/s real']} real, {rows[-1]['samples/s sim']} sim")
+    return rows
