@@ -26,35 +26,6 @@ from workbench.perfmodel.collectives import GBIT
 TITLE = "Simulator: small-λ validation and the papers' scale"
 
 
-def _figures(val, tau, cross):
-    import plotly.graph_objects as go
-    figs = []
-    h = go.Figure()
-    for r in val:
-        if "τ hist real" not in r:
-            continue
-        for kind in ("real", "sim"):
-            counts = [int(c) for c in r[f"τ hist {kind}"].split()]
-            tot = sum(counts) or 1
-            h.add_bar(name=f"λ={r['λ']} {r['protocol']} ({kind})", x=list(range(len(counts))), y=[c / tot for c in counts])
-    h.update_layout(title="Staleness τ of applied gradients: real run vs simulator", xaxis_title="τ",
-                    yaxis_title="fraction of gradients", barmode="group")
-    figs.append(h)
-    t = go.Figure()
-    t.add_scatter(x=[r["n"] for r in tau], y=[r["⟨τ⟩"] for r in tau], name="⟨τ⟩ simulated", mode="lines+markers")
-    t.add_scatter(x=[r["n"] for r in tau], y=[r["λ"] / r["c"] for r in tau], name="λ/c (Rudra: ⟨τ⟩ ≈ n)", mode="lines")
-    t.update_layout(title=f"Rudra at λ = {tau[0]['λ'] if tau else ''}: ⟨τ⟩ against n", xaxis_title="n", yaxis_title="⟨τ⟩")
-    figs.append(t)
-    c = go.Figure()
-    for comp in [k for k in (cross[0] if cross else {}) if k != "N"]:
-        ys = [float(r[comp].split()[0]) if r[comp].endswith("Gbit/s") else None for r in cross]
-        c.add_scatter(x=[r["N"] for r in cross], y=ys, name=comp, mode="lines+markers")
-    c.update_layout(title="Compression crossover against workers (below the line the compressor wins)",
-                    xaxis_title="workers N", xaxis_type="log", yaxis_title="Gbit/s", yaxis_type="log")
-    figs.append(c)
-    return figs
-
-
 def main(argv=None) -> None:
     p = report.parser("sim", __doc__, "λ = 2, 30 steps, the small CNN throughout")
     p.add_argument("--lams", default="2,4", help="λ values of the validation (real runs)")
@@ -73,12 +44,7 @@ def main(argv=None) -> None:
     sim_steps = 30 if a.tiny else 200
     tau = papers.rudra_tau(small, lam=30, servers=8, steps=sim_steps)
     strag = papers.straggler_throughput(small, steps=sim_steps // 2)
-    from workbench.plan import _plan_rows
-    ov = [f"model={a.gpu_model}", *report.data_overrides(a.gpu_model, 16)]
-    if a.gpu_model == "vgg16":
-        ov.append("data.resize=32")
-    _, (_, gpu) = _plan_rows(ov, ["10gbit"], [2], None, a.speedup, "50us", ["compressed"],
-                             str(report.ROOT / "experiments"), print)
+    gpu = papers.profile_with_codecs(a.gpu_model, a.speedup, report.ROOT / "experiments")
     stanza = papers.stanza_vs_ps(gpu, workers=(16, 32, 64), bandwidth=10 * GBIT)
     cross = papers.crossover_vs_workers(gpu)
     tables = [
@@ -107,7 +73,7 @@ def main(argv=None) -> None:
                  "data loading, Python) is what the simulator's throughput misses. Tables 2–5 are predictions "
                  "beyond this machine, checked only as far as table 1 reaches.")
     cmd = "python -m workbench.bench sim " + " ".join(argv if argv is not None else [])
-    path = report.write("sim", TITLE, cmd.strip(), tables, _figures(val, tau, cross), notes=notes, out_root=a.out,
+    path = report.write("sim", TITLE, cmd.strip(), tables, papers.figures(val, tau, cross), notes=notes, out_root=a.out,
                         benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
     for t in tables:
         print(f"\n{t.caption}\n\n{t.markdown()}")

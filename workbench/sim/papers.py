@@ -89,3 +89,44 @@ def crossover_vs_workers(prof, workers: Sequence[int] = (2, 4, 8, 16, 32, 64, 12
             row[comp] = "never" if x is None else ("always" if x == float("inf") else f"{x / 1e9:.3g} Gbit/s")
         rows.append(row)
     return rows
+
+
+def profile_with_codecs(model: str, speedup: float = 1.0, root="experiments", batch: int = 16, log=print):
+    """This machine's profile of ``model`` (VGG-16 at 32x32; the digits for the small CNN) with every
+    compressor's codec, as ``python -m workbench.plan`` measures and caches it, compute ÷ ``speedup``."""
+    from workbench.bench.report import data_overrides
+    from workbench.plan import _plan_rows
+    ov = [f"model={model}", *data_overrides(model, batch)] + (["data.resize=32"] if model == "vgg16" else [])
+    _, (_, prof) = _plan_rows(ov, ["10gbit"], [2], None, speedup, "50us", ["compressed"], str(root), log)
+    return prof
+
+
+def figures(val, tau, cross) -> list:
+    """Plotly figures: the validation's τ distributions (real vs simulated), Rudra's ⟨τ⟩ against n,
+    and the compression crossover against N."""
+    import plotly.graph_objects as go
+    figs = []
+    h = go.Figure()
+    for r in val:
+        if "τ hist real" not in r:
+            continue
+        for kind in ("real", "sim"):
+            counts = [int(c) for c in r[f"τ hist {kind}"].split()]
+            tot = sum(counts) or 1
+            h.add_bar(name=f"λ={r['λ']} {r['protocol']} ({kind})", x=list(range(len(counts))), y=[c / tot for c in counts])
+    h.update_layout(title="Staleness τ of applied gradients: real run vs simulator", xaxis_title="τ",
+                    yaxis_title="fraction of gradients", barmode="group")
+    figs.append(h)
+    t = go.Figure()
+    t.add_scatter(x=[r["n"] for r in tau], y=[r["⟨τ⟩"] for r in tau], name="⟨τ⟩ simulated", mode="lines+markers")
+    t.add_scatter(x=[r["n"] for r in tau], y=[r["λ"] / r["c"] for r in tau], name="λ/c (Rudra: ⟨τ⟩ ≈ n)", mode="lines")
+    t.update_layout(title=f"Rudra at λ = {tau[0]['λ'] if tau else ''}: ⟨τ⟩ against n", xaxis_title="n", yaxis_title="⟨τ⟩")
+    figs.append(t)
+    c = go.Figure()
+    for comp in [k for k in (cross[0] if cross else {}) if k != "N"]:
+        ys = [float(r[comp].split()[0]) if r[comp].endswith("Gbit/s") else None for r in cross]
+        c.add_scatter(x=[r["N"] for r in cross], y=ys, name=comp, mode="lines+markers")
+    c.update_layout(title="Compression crossover against workers (below the line the compressor wins)",
+                    xaxis_title="workers N", xaxis_type="log", yaxis_title="Gbit/s", yaxis_type="log")
+    figs.append(c)
+    return figs

@@ -5,11 +5,13 @@ Per run: the real τ histogram, ⟨τ⟩, max τ and samples/s (the servers' gra
 training time) beside the simulator's, with the errors: |Δ⟨τ⟩|, the total-variation distance between
 the two τ distributions (½ Σ|p − q|: 0 identical, 1 disjoint) and the samples/s error. The simulator
 gets the profile's compute time (forward+backward with λ ranks computing on this host), optimizer
-and link; only the compute *spread* (cv) is taken from the real run: rank 0's per-step time less
-its communication, whose mean is shown beside the profile's so a reader sees what the profile misses.
+and link; only the compute *spread* (cv) is taken from the real run: a lognormal fitted to the middle
+half of rank 0's per-step time less its communication (:func:`robust_cv`), whose mean is shown beside
+the profile's so a reader sees what the profile misses.
 """
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 from typing import List, Optional, Sequence
@@ -48,6 +50,17 @@ def measured_compute(records) -> List[float]:
     return out
 
 
+def robust_cv(xs: Sequence[float]) -> float:
+    """The coefficient of variation of a lognormal fitted to the middle half of ``xs`` (σ from the
+    interquartile range of log x): the typical spread, not the few steps another process stalled."""
+    logs = sorted(math.log(x) for x in xs if x > 0)
+    if len(logs) < 4:
+        return 0.0
+    q = statistics.quantiles(logs, n=4)
+    sigma = (q[2] - q[0]) / 1.349
+    return math.sqrt(math.expm1(sigma * sigma))
+
+
 def real_run(lam: int, overrides: List[str], steps: int, out: Path):
     import workbench
     cfg = workbench.compose(["trainer=staleness", *overrides, f"cluster.nproc={lam + 1}", f"trainer.max_steps={steps}",
@@ -79,7 +92,7 @@ def compare(lams: Sequence[int] = (2, 4), steps: int = 100, delay: float = 0.05,
                 rows.append({"λ": lam, "protocol": label, "status": s.get("status")})
                 continue
             comp = measured_compute(run.records())
-            cv = statistics.pstdev(comp) / statistics.mean(comp) if len(comp) > 1 and statistics.mean(comp) > 0 else 0.0
+            cv = robust_cv(comp)
             spec = SimSpec(workers=lam, compute_s=prof.compute_s(min(lam, prof.ranks)), model_bytes=prof.model_bytes,
                            bandwidth=prof.beta, latency=prof.alpha, update_s=prof.update_s(), steps=steps,
                            batch=BATCH, cv=min(cv, 10.0), seed=lam, **fields)
