@@ -163,7 +163,8 @@ def simulate(spec: SimSpec, record: bool = False, max_wall_s: Optional[float] = 
            "gradients": grads if not easgd else 0, "exchanges": grads,
            "server_utilisation": sum(busy) / (S * end) if end > 0 else 0.0,
            "server_link_utilisation": sum(link) / (S * end) if end > 0 else 0.0,
-           "worker_link_utilisation": rounds * 2 * (msg * S + extra) / end if end > 0 else 0.0,
+           # a worker's link carries its push and the replies: M each way and a header per server
+           "worker_link_utilisation": rounds * 2 * (2 * spec.latency * S + M / spec.bandwidth) / end if end > 0 else 0.0,
            "bytes_per_worker_step": {("param_push" if easgd else "grad_push"): M / per, "param_pull": M / per,
                                      "ps_control": 2 * HEADER_BYTES * S / per},
            "events": q.events}
