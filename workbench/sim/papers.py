@@ -92,11 +92,11 @@ def crossover_vs_workers(prof, workers: Sequence[int] = (2, 4, 8, 16, 32, 64, 12
 
 
 def profile_with_codecs(model: str, speedup: float = 1.0, root="experiments", batch: int = 16, log=print):
-    """This machine's profile of ``model`` (VGG-16 at 32x32; the digits for the small CNN) with every
-    compressor's codec, as ``python -m workbench.plan`` measures and caches it, compute ÷ ``speedup``."""
-    from workbench.bench.report import data_overrides
+    """This machine's profile of ``model`` on the digits (resized to 32x32 for VGG-16, as in the README's
+    ``python -m workbench.plan model=vgg16 data.resize=32``) with every compressor's codec, as the
+    planner measures and caches it; compute ÷ ``speedup``."""
     from workbench.plan import _plan_rows
-    ov = [f"model={model}", *data_overrides(model, batch)] + (["data.resize=32"] if model == "vgg16" else [])
+    ov = [f"model={model}", f"data.batch_size={batch}"] + (["data.resize=32"] if model == "vgg16" else [])
     _, (_, prof) = _plan_rows(ov, ["10gbit"], [2], None, speedup, "50us", ["compressed"], str(root), log)
     return prof
 
