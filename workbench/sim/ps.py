@@ -167,6 +167,7 @@ def simulate(spec: SimSpec, record: bool = False, max_wall_s: Optional[float] = 
            "worker_link_utilisation": rounds * 2 * (2 * spec.latency * S + M / spec.bandwidth) / end if end > 0 else 0.0,
            "bytes_per_worker_step": {("param_push" if easgd else "grad_push"): M / per, "param_pull": M / per,
                                      "ps_control": 2 * HEADER_BYTES * S / per},
+           "done_s": t_done,  # when each worker finished its last step
            "events": q.events}
     if r0 is not None:
         applied = sum(r0.hist.values())
