@@ -31,6 +31,12 @@ step), ``predicted_bytes_by_category``, ``bottleneck``, ``crossover_bps``, and w
 ``measured_step_s, measured_bytes_per_step, measured_bytes_by_category, error`` (predicted /
 measured − 1, of the step time) and ``bytes_error``.
 
+At scale (``--workers 30,64,1024``): on a link, the asynchronous paradigms (``ps/async``,
+``staleness/n=…``, ``easgd/async``) come from the discrete-event simulator (:mod:`workbench.sim`:
+the real protocol code in simulated time, ≤ 20 000 pushes per row) and their rows gain
+``mean_staleness``, ``max_staleness`` and ``staleness_hist``; the synchronous ones stay analytic.
+A trainer with more than 64 variants is planned at its 1st, 2nd, 4th, … and last (n = 1, 2, 4, …, λ).
+
 The profile
 -----------
 The compute side, the loopback link and each compressor's codec are measured once per machine,
