@@ -5,17 +5,16 @@ Per run: the real τ histogram, ⟨τ⟩, max τ and samples/s (the servers' gra
 training time) beside the simulator's, with the errors: |Δ⟨τ⟩|, the total-variation distance between
 the two τ distributions (½ Σ|p − q|: 0 identical, 1 disjoint) and the samples/s error. The simulator
 gets the profile's compute time (forward+backward with λ ranks computing on this host), optimizer
-and link; only the compute *spread* (cv) is taken from the real run: a lognormal fitted to the middle
-half of rank 0's per-step time less its communication (:func:`robust_cv`), whose median is shown
-beside the profile's so a reader sees what the profile misses. A second simulation takes that
-measured median as the compute: its error is the link and server model's alone. Samples/s count, as
-the staleness benchmark does, every applied gradient per second of rank 0's loop.
+and link; only the compute *spread* (cv) is taken from a real run: a lognormal fitted to the middle
+half (:func:`robust_cv`) of rank 0's step times in the asynchronous run at that λ, where a worker waits
+for nobody (the meter's communication time cannot be subtracted: on loopback it covers nearly the
+whole step). Rank 0's median step, real and simulated, is shown beside the profile's compute.
+Samples/s count, as the staleness benchmark does, every applied gradient per second of rank 0's loop.
 """
 from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import replace
 from pathlib import Path
 from typing import List, Optional, Sequence
 
@@ -44,13 +43,9 @@ def tv_distance(p: Sequence[int], q: Sequence[int]) -> float:
     return 0.5 * sum(abs((p[i] if i < len(p) else 0) / sp - (q[i] if i < len(q) else 0) / sq) for i in range(n))
 
 
-def measured_compute(records) -> List[float]:
-    """Rank 0's seconds per step outside communication (the first 2 steps left out: warm-up)."""
-    out = []
-    for r in records:
-        if r.get("kind") == "train" and r["step"] > 2:
-            out.append(max(0.0, r["step_time"] - sum(c.get("time", 0.0) for c in (r.get("comm") or {}).values())))
-    return out
+def step_times(records) -> List[float]:
+    """Rank 0's seconds per step (the first 2 left out: warm-up)."""
+    return [r["step_time"] for r in records if r.get("kind") == "train" and r["step"] > 2]
 
 
 def robust_cv(xs: Sequence[float]) -> float:
@@ -89,39 +84,34 @@ def compare(lams: Sequence[int] = (2, 4), steps: int = 100, delay: float = 0.05,
     rows = []
     for lam in lams:
         prof = profile_for(lam, out, log)
-        for label, ov, fields in protocols(lam, delay):
-            run = real_run(lam, ov, steps, out / "runs")
+        runs = [(label, fields, real_run(lam, ov, steps, out / "runs")) for label, ov, fields in protocols(lam, delay)]
+        # the spread: rank 0's step times in the asynchronous run, where a worker waits for nobody
+        async_run = next((r for label, f, r in runs if f.get("n") == lam and not f.get("stragglers")), None)
+        cv = robust_cv(step_times(async_run.records())) if async_run is not None and async_run.summary.get("ps") else 0.0
+        for label, fields, run in runs:
             s = run.summary
             ps = s.get("ps") or {}
             if s.get("status") != "completed" or not ps:
                 rows.append({"λ": lam, "protocol": f"{label} (run {s.get('status')})", "run": run.path.name})
                 continue
-            comp = measured_compute(run.records())
-            cv = robust_cv(comp)
             spec = SimSpec(workers=lam, compute_s=prof.compute_s(min(lam, prof.ranks)), model_bytes=prof.model_bytes,
                            bandwidth=prof.beta, latency=prof.alpha, update_s=prof.update_s(), steps=steps,
                            batch=BATCH, cv=min(cv, 10.0), seed=lam, **fields)
             sim = simulate(spec)
-            # the same compute as measured in this run: what is left is the link and server model
-            sim_m = simulate(replace(spec, compute_s=max(1e-6, statistics.median(comp))))
             # as the staleness benchmark counts: every gradient applied, per second of rank 0's loop
             real_sps = ps["gradients"] * BATCH / s["train_time_s"]
-
-            def sps(r):
-                return r["gradients_applied"] * BATCH / r["done_s"][0]
-            rows.append({"λ": lam, "protocol": label, "steps": steps,
-                         "compute ms (profile / real)": f"{1e3 * spec.compute_s:.1f} / {1e3 * statistics.median(comp):.1f}",
+            sim_sps = sim["gradients_applied"] * BATCH / sim["done_s"][0]
+            rows.append({"λ": lam, "protocol": label, "steps": steps, "compute ms (profile)": round(1e3 * spec.compute_s, 1),
                          "cv": round(cv, 2),
+                         "rank 0 step ms (real / sim)": f"{1e3 * statistics.median(step_times(run.records())):.1f} / "
+                                                        f"{1e3 * sim['done_s'][0] / steps:.1f}",
                          "⟨τ⟩ real": round(ps["staleness_mean"], 2), "⟨τ⟩ sim": round(sim["mean_staleness"], 2),
                          "max τ real": ps["staleness_max"], "max τ sim": sim["max_staleness"],
                          "τ hist real": " ".join(map(str, ps["staleness_hist"])),
                          "τ hist sim": " ".join(map(str, sim["staleness_hist"])),
                          "TV distance": round(tv_distance(ps["staleness_hist"], sim["staleness_hist"]), 3),
-                         "samples/s real": round(real_sps), "samples/s sim": round(sps(sim)),
-                         "samples/s error": f"{100 * (sps(sim) / real_sps - 1):+.0f} %",
-                         "sim, real compute": round(sps(sim_m)),
-                         "error, real compute": f"{100 * (sps(sim_m) / real_sps - 1):+.0f} %",
-                         "run": run.path.name})
+                         "samples/s real": round(real_sps), "samples/s sim": round(sim_sps),
+                         "samples/s error": f"{100 * (sim_sps / real_sps - 1):+.0f} %", "run": run.path.name})
             log(f"λ={lam} {label}: ⟨τ⟩ {rows[-1]['⟨τ⟩ real']} real, {rows[-1]['⟨τ⟩ sim']} sim; "
                 f"samples/s {rows[-1]['samples/s real']} real, {rows[-1]['samples/s sim']} sim")
     return rows
