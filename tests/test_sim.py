@@ -42,7 +42,8 @@ def test_async_two_workers_fixed_times():
     assert r["staleness_hist"] == [3, 2, 1] and r["max_staleness"] == 2 and r["mean_staleness"] == pytest.approx(4 / 6)
     assert r["elapsed_s"] == pytest.approx(4.8) and r["updates"] == 6
     assert r["updates_per_s"] == pytest.approx(6 / 4.8)
-    assert r["step_s"] == pytest.approx((3.0 + 4.8) / 2 / 3)
+    # until worker 0 is done (3.0 s) 4 gradients arrived: a worker's step is 2 x 3.0 / 4 in steady state
+    assert r["step_s"] == pytest.approx(1.5) and r["samples_per_s"] == pytest.approx(4 * 16 / 3.0)
 
 
 def test_the_server_link_is_one_queue():
@@ -54,7 +55,7 @@ def test_the_server_link_is_one_queue():
     assert [u[0] for u in r["applied"]] == [[0, 0], [1, 1], [0, 1], [1, 1]]
     assert r["elapsed_s"] == pytest.approx(9.064)
     assert r["server_utilisation"] == pytest.approx(8.064 / 9.064)
-    assert r["step_s"] == pytest.approx((7 + 9) / 2 / 2)
+    assert r["step_s"] == pytest.approx(2 * 7 / 3)  # 3 pushes (at 1, 1, 4) when w0 is done at 7
     assert r["bytes_per_worker_step"] == {"grad_push": 1000, "param_pull": 1000, "ps_control": 64}
 
 

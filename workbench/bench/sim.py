@@ -10,8 +10,8 @@ then the papers' figures at their scale.
    hardsync, 1-softsync, async and async with a straggler (rank 1 sleeping ``--delay`` s per step),
    and the same simulated from this machine's profile: τ histograms, ⟨τ⟩, max τ, samples/s, errors.
 2. Rudra (:func:`workbench.sim.papers.rudra_tau`): ⟨τ⟩ against n at λ = 30, the small CNN's profile,
-   10 Gbit/s, 8 server shards (so that the servers are not the bottleneck), compute spread cv = 0.1.
-3. Hardsync vs n-softsync vs async at λ = 30 and 60 with one straggler (2x slower), one server.
+   100 Gbit/s (so that the workers, not the server's link, set the pace), 8 server shards, cv = 0.1.
+3. Hardsync vs n-softsync vs async at λ = 30 and 60 with one straggler (2x slower), one server, 100 Gbit/s.
 4. Stanza's best n_f and its speed-up over the PS, and 5. each compressor's crossover against N, for
    ``--gpu-model`` (VGG-16 at 32x32) with this machine's compute divided by ``--speedup`` (GPU-class
    compute: a stated assumption, shown with the compute time it implies), at 10 Gbit/s.
@@ -42,18 +42,19 @@ def main(argv=None) -> None:
     val = validate.compare(lams, a.steps, a.delay, out)
     small = validate.profile_for(4 if not a.tiny else 2, out)
     sim_steps = 30 if a.tiny else 200
-    tau = papers.rudra_tau(small, lam=30, servers=8, steps=sim_steps)
-    strag = papers.straggler_throughput(small, steps=sim_steps // 2)
+    # 100 Gbit/s: the small CNN's workers, not the server's link, set the pace, as in Rudra's cluster
+    tau = papers.rudra_tau(small, lam=30, servers=8, steps=sim_steps, bandwidth=100 * GBIT)
+    strag = papers.straggler_throughput(small, steps=sim_steps // 2, bandwidth=100 * GBIT)
     gpu = papers.profile_with_codecs(a.gpu_model, a.speedup, report.ROOT / "experiments")
     stanza = papers.stanza_vs_ps(gpu, workers=(16, 32, 64), bandwidth=10 * GBIT)
     cross = papers.crossover_vs_workers(gpu)
     tables = [
         report.Table("validation", f"1. Validation at λ = {', '.join(map(str, lams))} on this machine: real `trainer=staleness` "
                      f"runs ({a.steps} steps per worker) against the simulator fed this machine's profile", val),
-        report.Table("rudra_tau", "2. Rudra's ⟨τ⟩ against n at λ = 30 (simulated; small CNN profile, 10 Gbit/s, "
+        report.Table("rudra_tau", "2. Rudra's ⟨τ⟩ against n at λ = 30 (simulated; small CNN profile, 100 Gbit/s, "
                      "8 server shards, cv 0.1)", tau),
         report.Table("straggler", "3. Throughput with one straggler (worker 0, 2x slower) at λ = 30 and 60 "
-                     "(simulated; small CNN profile, 10 Gbit/s, one server, cv 0.1)", strag),
+                     "(simulated; small CNN profile, 100 Gbit/s, one server, cv 0.1; samples/s until the first worker is done)", strag),
         report.Table("stanza_vs_ps", f"4. Stanza's best n_f and speed-up over the PS, {a.gpu_model} at 10 Gbit/s, "
                      f"compute ÷{a.speedup:g} ({1e3 * gpu.compute_s(1):.1f} ms per batch of {gpu.batch})", stanza),
         report.Table("crossover", f"5. Compression crossover against workers, {a.gpu_model}, compute ÷{a.speedup:g}: "

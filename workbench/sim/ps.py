@@ -108,6 +108,8 @@ def simulate(spec: SimSpec, record: bool = False, max_wall_s: Optional[float] = 
     ready = [0.0] * lam
     done = [0] * lam
     t_done = [0.0] * lam
+    first = []  # (time, pushes so far) when the first worker finishes: the steady state ends there
+    npush = 0
 
     def work(w: int) -> float:
         return sum(draw(w) + local for _ in range(per))
@@ -123,6 +125,8 @@ def simulate(spec: SimSpec, record: bool = False, max_wall_s: Optional[float] = 
         done[v] += 1
         if done[v] >= rounds:
             t_done[v] = t0
+            if not first:
+                first.append((t0, npush))
             q.at(t0, DONE, v)
         else:
             q.at(t0 + work(v) + extra, PUSH, v)
@@ -132,6 +136,7 @@ def simulate(spec: SimSpec, record: bool = False, max_wall_s: Optional[float] = 
     while q:
         kind, w = q.pop()
         now = q.now
+        npush += kind == PUSH
         for s in range(S):
             start = free[s] if free[s] > now else now
             cursor = start + (msg if kind == PUSH else hdr)
@@ -158,8 +163,9 @@ def simulate(spec: SimSpec, record: bool = False, max_wall_s: Optional[float] = 
     r0 = rules[0] if rules else None
     out = {"paradigm": spec.label, "protocol": spec.protocol, "workers": lam, "servers": S, "n": spec.n_eff,
            "c": spec.c if not easgd else None, "steps": rounds * per, "elapsed_s": end,
-           "step_s": sum(t_done) / lam / (rounds * per),
-           "samples_per_s": lam * rounds * per * spec.batch / end if end > 0 else math.inf,
+           # throughput until the first worker is done: after that a straggler's tail runs alone
+           "step_s": lam * per * first[0][0] / first[0][1],
+           "samples_per_s": first[0][1] * per * spec.batch / first[0][0] if first[0][0] > 0 else math.inf,
            "gradients": grads if not easgd else 0, "exchanges": grads,
            "server_utilisation": sum(busy) / (S * end) if end > 0 else 0.0,
            "server_link_utilisation": sum(link) / (S * end) if end > 0 else 0.0,
