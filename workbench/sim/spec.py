@@ -23,8 +23,8 @@ from workbench.config import ConfigError
 PROTOCOLS = ("hardsync", "softsync", "easgd")
 MAX_CV = 10.0  # a lognormal spread beyond this is a typo, not a cluster
 # Seconds of this machine's pure Python per simulated push to one server, replies included
-# (measured: 1023 learners x 100 steps, one server, 7-11 µs under a load average of 4 on 2 cores;
-# 12 µs leaves room). The estimate is for refusing hours-long requests, not a promise.
+# (measured on 2 cores: 7-11 µs under a load average of 4, about 33 µs under 8). The estimate is
+# for refusing hours-long requests, not a promise: on a busy machine a run takes up to 3x longer.
 COST_PER_PUSH_S = 12e-6
 MAX_WALL_S = 600.0
 
