@@ -122,7 +122,7 @@ def test_at_scale_notebook_runs_with_small_parameters(tmp_path):
                                   "sim_steps": 20, "stanza_workers": [4], "plan_workers": [1024],
                                   "output_root": str(tmp_path)}, tmp_path)
     assert not [o for c in _code_cells(nb) for o in c.outputs if o.output_type == "error"]
-    assert len(list((tmp_path / "sim" / "runs").glob("*/*"))) == 4  # the four real runs at λ = 2
+    assert len(list((tmp_path / "sim" / "runs" / "runs").glob("*/*"))) == 4  # the four real runs at λ = 2
     assert "staleness/n=1023" in _text(nb)
 
 
