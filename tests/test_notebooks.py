@@ -22,7 +22,7 @@ from conftest import ROOT
 
 NB_DIR = ROOT / "notebooks"
 EXPECTED = ["00_quickstart", "10_parameter_server", "20_bounded_staleness", "30_stanza",
-            "40_gradient_compression", "50_tradeoff_dashboard"]
+            "40_gradient_compression", "50_tradeoff_dashboard", "60_at_scale"]
 NOTEBOOKS = sorted(NB_DIR.glob("*.ipynb"))
 
 
@@ -112,6 +112,18 @@ def test_trainer_notebook_runs_or_skips_cleanly(name, tmp_path):
         else:
             assert f"trainer={t}` is not registered in this checkout yet" in text
             assert t not in done
+
+
+@pytest.mark.slow
+def test_at_scale_notebook_runs_with_small_parameters(tmp_path):
+    """Notebook 60 with the smallest check (λ = 2, 8 steps) and short simulations: every table is
+    there and its own assertions (Rudra's ⟨τ⟩ ≈ λ/c, every real run completed) hold."""
+    nb = _execute("60_at_scale", {"validate_lams": [2], "validate_steps": 8, "ns": [1, 4], "straggler_lams": [8],
+                                  "sim_steps": 20, "stanza_workers": [4], "plan_workers": [1024],
+                                  "output_root": str(tmp_path)}, tmp_path)
+    assert not [o for c in _code_cells(nb) for o in c.outputs if o.output_type == "error"]
+    assert len(list((tmp_path / "sim" / "runs" / "runs").glob("*/*"))) == 4  # the four real runs at λ = 2
+    assert "staleness/n=1023" in _text(nb)
 
 
 @pytest.fixture(scope="module")

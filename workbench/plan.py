@@ -36,6 +36,12 @@ step), ``predicted_bytes_by_category``, ``bottleneck``, ``crossover_bps``, and w
 ``measured_step_s, measured_bytes_per_step, measured_bytes_by_category, error`` (predicted /
 measured − 1, of the step time) and ``bytes_error``.
 
+At scale (``--workers 30,64,1024``): on a link, the asynchronous paradigms (``ps/async``,
+``staleness/n=…``, ``easgd/async``) come from the discrete-event simulator (:mod:`workbench.sim`:
+the real protocol code in simulated time, ≤ 20 000 pushes per row) and their rows gain
+``mean_staleness``, ``max_staleness`` and ``staleness_hist``; the synchronous ones stay analytic.
+A trainer with more than 64 variants is planned at its 1st, 2nd, 4th, … and last (n = 1, 2, 4, …, λ).
+
 The profile
 -----------
 The compute side, the loopback link and each compressor's codec are measured once per machine,
@@ -169,7 +175,7 @@ def variants(overrides: Sequence[str], ranks: int) -> Tuple[List[Variant], List[
         if choice is not None and name != choice:
             continue
         cls = TRAINERS[name]
-        for vo in cls.plan_variants(ranks):
+        for vo in _thin(cls.plan_variants(ranks)):
             ov = [*vo, *shared, *(keys if choice == name else [])]
             cfg = _at_ranks(_compose(tuple(ov)), ranks)
             label = paradigm_of(lambda k, c=cfg: OmegaConf.select(c, k, default=None))
@@ -184,6 +190,17 @@ def variants(overrides: Sequence[str], ranks: int) -> Tuple[List[Variant], List[
             fn, opts = cls.perf_model(cfg)
             out.append(Variant(name, [*ov, f"cluster.nproc={ranks}"], cfg, label, fn, opts))
     return out, skipped
+
+
+MAX_VARIANTS = 64  # per trainer: n-softsync has λ − 1 variants (Stanza: n_f), too many to plan one by one at 1024 workers
+
+
+def _thin(vos: List[List[str]], keep: int = MAX_VARIANTS) -> List[List[str]]:
+    """At most about ``keep`` of a trainer's variants: the 1st, 2nd, 4th, 8th, … and the last (for
+    n-softsync: n = 1, 2, 4, … and λ)."""
+    if len(vos) <= keep:
+        return vos
+    return [vos[i] for i in sorted({2 ** k - 1 for k in range(len(vos).bit_length()) if 2 ** k <= len(vos)} | {len(vos) - 1})]
 
 
 _COMPOSED: Dict[Tuple[str, ...], DictConfig] = {}
@@ -258,12 +275,47 @@ def predict_rows(prof: Profile, vs_by_workers: Dict[int, List[Variant]], bandwid
                               "predicted_step_s": p.step_s, "predicted_samples_per_s": p.samples_per_s,
                               "predicted_bytes_per_step": p.bytes_sent,
                               "predicted_bytes_by_category": {k: v_["sent"] for k, v_ in p.bytes.items()},
-                              "bottleneck": p.bottleneck, "crossover_bps": p.crossover_bps, "terms": p.terms})
+                              "bottleneck": p.bottleneck, "crossover_bps": p.crossover_bps, "terms": p.terms,
+                              **simulated(v, prof, cl)})
             group.sort(key=lambda r: -r["predicted_samples_per_s"])
             for i, r in enumerate(group, 1):
                 r["rank"] = i
             rows += group
     return rows
+
+
+SIM_GRADIENTS = 20000  # pushes simulated per asynchronous variant (20 to 200 steps per worker)
+
+
+def simulated(v: Variant, prof: Profile, cl: Cluster) -> dict:
+    """The asynchronous paradigms on a link (``ps/async``, ``staleness/n=…``, ``easgd/async``) by the
+    discrete-event simulator (:mod:`workbench.sim`, the real protocol code in simulated time): its
+    step time, samples/s and staleness replace the analytic bound. {} for every other paradigm."""
+    from workbench.perfmodel import paradigms as P
+    from workbench.sim import from_profile, simulate
+    o = v.options
+    if cl.shared_host or cl.cores_shared or v.model not in (P.ps_async, P.staleness, P.easgd) or o.get("hardsync") or o.get("sync"):
+        return {}
+    lam = cl.ranks - o.get("servers", 1)
+    if lam < 1:
+        return {}
+    t = v.cfg.trainer
+    kw = {"servers": o.get("servers", 1), "steps": max(20, min(200, SIM_GRADIENTS // lam)),
+          "stragglers": tuple(s for s in cl.stragglers if 0 <= s[0] < lam)}
+    if v.model is P.easgd:
+        kw.update(protocol="easgd", period=o.get("period", 4))
+    elif v.model is P.staleness:
+        kw.update(n=o["n"], max_staleness=t.get("max_staleness"), on_stale=t.get("on_stale", "block"),
+                  lr_modulation=t.get("lr_modulation", "none"))
+    r = simulate(from_profile(prof, lam, cl.bandwidth, cl.latency, **kw))
+    out = {"simulated": True, "predicted_step_s": r["step_s"], "predicted_samples_per_s": r["samples_per_s"],
+           "server_utilisation": r["server_utilisation"]}
+    if r["server_utilisation"] > 0.95:
+        out["bottleneck"] = "server"
+    if "mean_staleness" in r:
+        out.update(mean_staleness=r["mean_staleness"], max_staleness=r["max_staleness"],
+                   staleness_hist=r["staleness_hist"])
+    return out
 
 
 def plan(cfg_or_overrides=None, bandwidths: Sequence[str] = DEFAULT_BANDWIDTHS, workers: Optional[Sequence[int]] = None,
@@ -420,6 +472,8 @@ def table(rows: List[dict], prof: Profile) -> str:
             name = r["paradigm"] + (" *" if r["paradigm"] == best_stanza and len(stanza) > 1 else "")
             line = (f"{r['rank']:>3}  {name:<22} {1e3 * r['predicted_step_s']:>9.2f} {r['predicted_samples_per_s']:>10.1f}  "
                     f"{r['bottleneck']:<10}  {cross:<12}  {_bytes(r['predicted_bytes_by_category'])}")
+            if "mean_staleness" in r:
+                line += f"  ⟨τ⟩ {r['mean_staleness']:.1f}, max τ {r['max_staleness']} (simulated)"
             if "measured_step_s" in r:
                 ok = "exact" if r["bytes_error"] == 0 else f"{100 * r['bytes_error']:+.2f}%"
                 line += f"  | {1e3 * r['measured_step_s']:>9.2f}  {100 * r['error']:+6.1f}%  {ok}"

@@ -29,6 +29,7 @@ SUITES = {
     "compression": "workbench.bench.compression",
     "bandwidth": "workbench.bench.bandwidth",
     "planner": "workbench.bench.planner",
+    "sim": "workbench.bench.sim",
     "calibrate": "workbench.network.calibrate",
 }
 
@@ -50,6 +51,7 @@ ALL = [
     ("compression", ["--models", "resnet18", "--repeats", "3"]),
     ("compression", ["--models", "vgg16", "--repeats", "3"]),
     ("planner", ["--bandwidths", "loopback,emulated:50mbit,emulated:200mbit,emulated:1gbit", "--repeats", "3"]),  # root
+    ("sim", []),
     ("bandwidth", ["--repeats", "3"]),  # root: emulated links
 ]
 

@@ -19,9 +19,18 @@ gradient computed on weights with timestamp j and applied at i has staleness τ 
 
 The optimizer (SGD with momentum, weight decay, the run's learning-rate schedule) runs here, on the
 server's shard; the schedule advances one step per λ gradients applied, i.e. per global batch.
+
+The protocol's decisions (when to update, which gradients, whom to answer, what to drop) are
+:class:`Protocol`, pure Python without tensors or clocks: the real server's :class:`GradientRule`
+adds the tensors, the optimizer and wall time to it, and the simulator (:mod:`workbench.sim`) drives
+the same class with simulated time. ``WORKBENCH_PS_TRACE=<dir>`` makes a real server write every
+push, done and applied update (with each gradient's τ) to ``<dir>/server-<pid>.jsonl``, so that a
+real schedule can be replayed through the simulator.
 """
 from __future__ import annotations
 
+import json
+import os
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -46,57 +55,45 @@ def modulation(taus: Sequence[int], mode: str) -> List[float]:
     raise ValueError(f"unknown lr modulation {mode!r}; choose from {', '.join(MODULATIONS)}")
 
 
-class GradientRule:
-    """One server's shard under one protocol. ``workers``: the worker ranks (λ = len(workers));
-    ``c``: gradients per update (ignored by hardsync); ``max_staleness``: None for unbounded."""
+class Protocol:
+    """The decisions of one server's shard under one protocol, without tensors or clocks.
+    ``workers``: the worker ranks (λ = len(workers)); ``c``: gradients per update (ignored by
+    hardsync); ``max_staleness``: None for unbounded. A push's payload is opaque here; an update
+    calls :meth:`step` with the entries to apply, their staleness and their learning-rate factors."""
 
-    def __init__(self, params: torch.Tensor, workers: Sequence[int], *, hardsync: bool, c: int = 1,
-                 max_staleness: Optional[int] = None, on_stale: str = "block", lr_modulation: str = "none",
-                 make_optimizer: Callable[[List[torch.Tensor]], torch.optim.Optimizer],
-                 lr_fn: Callable[[int], float]) -> None:
+    params = None  # what a reply carries: the real rule's tensor
+
+    def __init__(self, workers: Sequence[int], *, hardsync: bool, c: int = 1, max_staleness: Optional[int] = None,
+                 on_stale: str = "block", lr_modulation: str = "none", stats=None) -> None:
         if on_stale not in ON_STALE:
             raise ValueError(f"on_stale must be one of {ON_STALE}")
-        self.params = params
         self.workers = list(workers)
         self.lam = len(self.workers)
         self.hardsync, self.c = hardsync, (self.lam if hardsync else c)
         self.s, self.on_stale, self.mode = max_staleness, on_stale, lr_modulation
         modulation([0], lr_modulation)  # reject an unknown mode now, not at the first update
-        self.optimizer = make_optimizer([params])
-        self.lr_fn = lr_fn
         self.timestamp = 0
         self.gradients_applied = 0
         self.active = set(self.workers)
         self.computing: Dict[int, int] = {w: 0 for w in self.workers}  # worker -> timestamp of its weights
-        self.buffer: List[tuple] = []  # (seq, worker, j, gradient)
+        self.buffer: List[tuple] = []  # (seq, worker, j, payload)
         self.waiting: List[int] = []  # pushed, answer withheld
         self.blocked = False
         self.seq = 0
-        self.stats = ServerStats()
+        self.stats = stats if stats is not None else ServerStats()
+
+    def step(self, entries: List[tuple], taus: List[int], factors: List[float]) -> None:
+        """Apply one update (the real rule: the optimizer on the tensors; the simulator: its clock)."""
 
     # -- the update ----------------------------------------------------------------------------------
     def _apply(self, entries: List[tuple]) -> None:
-        t0 = time.perf_counter()
         taus = [self.timestamp - j for _, _, j, _ in entries]
         if self.s is not None:
             worst = max(taus)
             assert worst <= self.s, f"staleness {worst} exceeds max_staleness {self.s}"  # the enforced bound
-        f = modulation(taus, self.mode)
-        # sum in worker order, so that the result does not depend on arrival order
-        order = sorted(range(len(entries)), key=lambda k: (entries[k][1], entries[k][0]))
-        grad = torch.zeros_like(self.params)
-        for k in order:
-            grad.add_(entries[k][3], alpha=f[k])
-        grad.div_(len(entries))
-        lr = self.lr_fn(self.gradients_applied // self.lam)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        self.params.grad = grad
-        self.optimizer.step()
-        self.params.grad = None
+        self.step(entries, taus, modulation(taus, self.mode))
         self.timestamp += 1
         self.gradients_applied += len(entries)
-        self.stats.update(taus, time.perf_counter() - t0)
 
     def _may_advance(self, js) -> bool:
         """Would advancing the clock keep every gradient still to be applied within the bound?"""
@@ -114,8 +111,8 @@ class GradientRule:
     def _try_update(self) -> None:
         self.blocked = False
         if self.hardsync:
-            pushed = {e[1] for e in self.buffer}
-            if self.buffer and pushed >= self.active:
+            # a worker waits for its answer, so at most one gradient of each is buffered
+            if self.buffer and len(self.buffer) >= len(self.active) and {e[1] for e in self.buffer} >= self.active:
                 self._apply(self.buffer)
                 self.buffer = []
             return
@@ -125,7 +122,9 @@ class GradientRule:
                 return
             order = sorted(self.buffer, key=lambda e: (e[2], e[0]))  # oldest weights first
             take, rest = order[: self.c], order[self.c:]
-            if self._may_advance([e[2] for e in rest] + list(self.computing.values())):
+            # unbounded: no need to look at every worker's clock (λ of them) at every update
+            if (self.s is None or self.on_stale == "drop"
+                    or self._may_advance([e[2] for e in rest] + list(self.computing.values()))):
                 self._apply(take)
                 self.buffer = rest
             elif self._may_advance(self.computing.values()):
@@ -138,10 +137,11 @@ class GradientRule:
 
     def _release(self, workers, status=P.APPLIED) -> list:
         out = []
+        gone = set(workers)
         for w in workers:
             self.computing[w] = self.timestamp
             out.append((w, status, self.params))
-        self.waiting = [w for w in self.waiting if w not in workers]
+        self.waiting = [w for w in self.waiting if w not in gone]
         return out
 
     def _answer_waiting(self) -> list:
@@ -152,7 +152,7 @@ class GradientRule:
         return self._release(list(self.waiting))
 
     # -- messages ------------------------------------------------------------------------------------
-    def on_push(self, worker: int, ts: int, grad: torch.Tensor) -> list:
+    def on_push(self, worker: int, ts: int, grad) -> list:
         self.computing.pop(worker, None)
         if (not self.hardsync and self.s is not None and self.on_stale == "drop"
                 and self.timestamp - ts > self.s):
@@ -186,6 +186,63 @@ class GradientRule:
         """Everyone is at the barrier (nobody waits on a push): they go on with the current weights."""
         return self._release(list(workers))
 
+    def finish(self) -> None:
+        """Every worker is done: apply what is left in the buffer (fewer than c gradients)."""
+        self._purge_stale()
+        if self.buffer:
+            self._apply(sorted(self.buffer, key=lambda e: (e[2], e[0])))
+            self.buffer = []
+
+
+class GradientRule(Protocol):
+    """:class:`Protocol` on a tensor shard: the gradients are averaged with their learning-rate
+    factors and applied by the run's optimizer; the statistics take the update's wall time."""
+
+    def __init__(self, params: torch.Tensor, workers: Sequence[int], *, hardsync: bool, c: int = 1,
+                 max_staleness: Optional[int] = None, on_stale: str = "block", lr_modulation: str = "none",
+                 make_optimizer: Callable[[List[torch.Tensor]], torch.optim.Optimizer],
+                 lr_fn: Callable[[int], float]) -> None:
+        super().__init__(workers, hardsync=hardsync, c=c, max_staleness=max_staleness, on_stale=on_stale,
+                         lr_modulation=lr_modulation)
+        self.params = params
+        self.optimizer = make_optimizer([params])
+        self.lr_fn = lr_fn
+        where = os.environ.get("WORKBENCH_PS_TRACE")
+        self.trace = open(os.path.join(where, f"server-{os.getpid()}.jsonl"), "a", buffering=1) if where else None
+
+    def _log(self, rec) -> None:
+        if self.trace is not None:
+            self.trace.write(json.dumps(rec) + "\n")
+
+    def step(self, entries: List[tuple], taus: List[int], f: List[float]) -> None:
+        t0 = time.perf_counter()
+        # sum in worker order, so that the result does not depend on arrival order
+        order = sorted(range(len(entries)), key=lambda k: (entries[k][1], entries[k][0]))
+        grad = torch.zeros_like(self.params)
+        for k in order:
+            grad.add_(entries[k][3], alpha=f[k])
+        grad.div_(len(entries))
+        lr = self.lr_fn(self.gradients_applied // self.lam)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.params.grad = grad
+        self.optimizer.step()
+        self.params.grad = None
+        self.stats.update(taus, time.perf_counter() - t0)
+        self._log({"apply": [[e[1], t] for e, t in zip(entries, taus)]})
+
+    def on_push(self, worker: int, ts: int, grad) -> list:
+        self._log({"push": worker, "ts": ts})
+        return super().on_push(worker, ts, grad)
+
+    def on_pull(self, worker: int) -> list:
+        self._log({"pull": worker})
+        return super().on_pull(worker)
+
+    def on_done(self, worker: int) -> list:
+        self._log({"done": worker})
+        return super().on_done(worker)
+
     def state_dict(self) -> dict:
         return {"params": self.params, "optimizer": self.optimizer.state_dict(), "timestamp": self.timestamp,
                 "gradients_applied": self.gradients_applied, "active": sorted(self.active),
@@ -204,9 +261,3 @@ class GradientRule:
         self.waiting = list(st["waiting"])
         self.stats.load_state_dict(st["stats"])
 
-    def finish(self) -> None:
-        """Every worker is done: apply what is left in the buffer (fewer than c gradients)."""
-        self._purge_stale()
-        if self.buffer:
-            self._apply(sorted(self.buffer, key=lambda e: (e[2], e[0])))
-            self.buffer = []
