@@ -288,7 +288,8 @@ SIM_GRADIENTS = 20000  # pushes simulated per asynchronous variant (20 to 200 st
 
 
 def simulated(v: Variant, prof: Profile, cl: Cluster) -> dict:
-    """The asynchronous paradigms on a link (``ps/async``, ``staleness/n=…``, ``easgd/async``) by the
+    """The asynchronous paradigms on a link, one rank per host (``ps/async``, ``staleness/n=…``,
+    ``easgd/async``; loopback and ``emulated:`` rows share this host's cores and stay analytic) by the
     discrete-event simulator (:mod:`workbench.sim`, the real protocol code in simulated time): its
     step time, samples/s and staleness replace the analytic bound. {} for every other paradigm."""
     from workbench.perfmodel import paradigms as P
