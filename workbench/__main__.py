@@ -29,7 +29,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 import workbench.trainers  # noqa: F401  (registers the trainers' config schemas before Hydra composes)
-from workbench.config import ConfigError, conf_dir
+from workbench.core import ConfigError, conf_dir
 from workbench.verdict import line as verdict_line
 
 

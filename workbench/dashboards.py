@@ -430,7 +430,7 @@ def crossover_table(table: pd.DataFrame, profile: "Profile", workers: int = 8, s
 
 def available_compressors() -> List[str]:
     """The compressor config files in conf/compressor/ (each one a ``compressor=<name>`` choice)."""
-    from workbench.config import conf_dir
+    from workbench.core import conf_dir
     return sorted(p.stem for p in (conf_dir() / "compressor").glob("*.yaml"))
 
 
@@ -536,7 +536,7 @@ def project_path(path) -> Path:
     """A relative path taken from the project root (the folder holding ``conf/``), absolute paths
     as they are: a notebook means the same ``experiments/`` whether JupyterLab runs it from
     ``notebooks/`` or papermill from the root."""
-    from workbench.config import conf_dir
+    from workbench.core import conf_dir
     p = Path(path).expanduser()
     return p if p.is_absolute() else conf_dir().parent / p
 
@@ -578,7 +578,7 @@ def launch_variants(variants: Dict[str, Sequence[str]], base: Sequence[str] = ()
     is not registered, or the config is invalid: the one-line reason). Nothing is faked: a skipped
     variant has no run."""
     from workbench.api import compose
-    from workbench.config import ConfigError
+    from workbench.core import ConfigError
     from workbench.launcher import RunFailed, launch
     trainers = set(registered_trainers())
     runs, rows = [], []

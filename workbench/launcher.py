@@ -207,7 +207,7 @@ def launch(cfg: DictConfig, run_dir: Optional[os.PathLike] = None, progress: Opt
 def resume(run_dir: os.PathLike, progress: Optional[bool] = None, check: bool = True):
     """Continue a stopped run in place from its newest complete checkpoint (``workbench resume``)."""
     from workbench import checkpoint as ckpt
-    from workbench.config import ConfigError
+    from workbench.core import ConfigError
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"invalid run directory {str(run_dir)!r}: no config.yaml")

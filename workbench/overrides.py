@@ -17,7 +17,7 @@ from typing import Callable, List, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from workbench.config import ConfigError
+from workbench.core import ConfigError
 
 SCHEMA_SUFFIX = "_schema"  # config-store entries holding a group's types, not options a user picks
 
@@ -122,7 +122,7 @@ def explain(e: BaseException, override_list: Sequence[str], base: Callable[[], O
 
 
 def _group_options(group: str) -> List[str]:
-    from workbench.config import conf_dir
+    from workbench.core import conf_dir
     return sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
 
 
@@ -159,7 +159,7 @@ def compose_one_line(override_list: Sequence[str], config_name: str = "config") 
     from omegaconf.errors import OmegaConfBaseException
 
     import workbench.trainers  # noqa: F401  (registers the trainers' config schemas)
-    from workbench.config import conf_dir
+    from workbench.core import conf_dir
 
     overrides = list(override_list)
     for s in overrides:

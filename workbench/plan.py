@@ -65,7 +65,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
-from workbench.config import ConfigError
+from workbench.core import ConfigError
 from workbench.perfmodel.paradigms import Cluster, Prediction
 from workbench.perfmodel.profile import Profile, load_or_measure, profile_key
 
@@ -147,7 +147,7 @@ def variants(overrides: Sequence[str], ranks: int) -> Tuple[List[Variant], List[
     shared, keys, choice = _split_overrides(overrides)
     if choice is not None and choice not in TRAINERS:
         raise ConfigError(f"unknown trainer {choice!r}; choose from {', '.join(TRAINERS)}")
-    from workbench.config import conf_dir
+    from workbench.core import conf_dir
     names = sorted(p.stem for p in (conf_dir() / "compressor").glob("*.yaml"))
     for o in keys:
         k, _, v = o.partition("=")

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from workbench import checkpoint as ckpt
 from workbench import data as data_mod
-from workbench.config import ConfigError
+from workbench.core import ConfigError
 from workbench.models import build_model
 from workbench.ps import stats as S
 from workbench.ps.protocol import PSClient

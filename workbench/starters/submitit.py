@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from workbench.config import ConfigError
+from workbench.core import ConfigError
 from workbench.starters import STARTERS, Starter
 
 

@@ -28,7 +28,7 @@ from workbench import data as data_mod
 from workbench.compress import build_compressor
 from workbench.compress.hook import CompressionHookState, compression_hook
 from workbench.meter import nbytes
-from workbench.config import ConfigError, register_trainer_schema
+from workbench.core import ConfigError, store_schema
 from workbench.trainers import TRAINERS
 from workbench.trainers.sync import SyncConfig, SyncTrainer
 
@@ -41,7 +41,7 @@ class CompressedConfig(SyncConfig):
     calibrate_sizes_kb: List[int] = field(default_factory=lambda: [4, 1024, 8192])  # collective sizes timed
 
 
-register_trainer_schema("compressed", CompressedConfig)
+store_schema("trainer", "compressed", CompressedConfig)
 
 
 @TRAINERS.register("compressed")
@@ -51,7 +51,7 @@ class CompressedTrainer(SyncTrainer):
 
     @classmethod
     def plan_variants(cls, ranks):
-        from workbench.config import conf_dir
+        from workbench.core import conf_dir
         names = sorted(p.stem for p in (conf_dir() / "compressor").glob("*.yaml"))
         return [["trainer=compressed", f"compressor={c}"] for c in names if c != "none"]
 

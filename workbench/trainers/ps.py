@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.config import ConfigError, TrainerConfig, register_trainer_schema
+from workbench.core import ConfigError, TrainerConfig, store_schema
 from workbench.ps.rules import GradientRule
 from workbench.ps.trainer import PSTrainer
 from workbench.trainers import TRAINERS
@@ -42,7 +42,7 @@ class PSConfig(TrainerConfig):
     compensate_momentum: bool = True
 
 
-register_trainer_schema("ps", PSConfig)
+store_schema("trainer", "ps", PSConfig)
 
 
 class GradientPSTrainer(PSTrainer):

@@ -54,7 +54,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import Dataset
 
 from workbench import data as data_mod
-from workbench.config import ConfigError, TrainerConfig, register_trainer_schema
+from workbench.core import ConfigError, TrainerConfig, store_schema
 from workbench.meter import AllreduceHookState
 from workbench.models import MODELS, SplitModel
 from workbench.perfmodel import stanza as pm
@@ -72,7 +72,7 @@ class StanzaConfig(TrainerConfig):
     bucket_cap_mb: float = 25.0  # bucket size of the CONV group's DDP all-reduce and of the FC all-reduce
 
 
-register_trainer_schema("stanza", StanzaConfig)
+store_schema("trainer", "stanza", StanzaConfig)
 
 TAG_ACT, TAG_LABELS, TAG_GRAD, TAG_LOSS = 11, 12, 13, 14
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from workbench.config import ConfigError, TrainerConfig, register_trainer_schema
+from workbench.core import ConfigError, TrainerConfig, store_schema
 from workbench.meter import AllreduceHookState, metered_allreduce_hook
 from workbench.trainers import TRAINERS
 from workbench.trainers.base import Trainer, build_optimizer
@@ -25,7 +25,7 @@ class SyncConfig(TrainerConfig):
     metered: bool = True  # count bytes through the meter's hook (false: DDP's built-in C++ all-reduce)
 
 
-register_trainer_schema("sync", SyncConfig)
+store_schema("trainer", "sync", SyncConfig)
 
 
 @TRAINERS.register("sync")
