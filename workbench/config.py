@@ -13,7 +13,7 @@ values.
 """
 from __future__ import annotations
 
-from typing import Any, List
+from typing import List
 
 from omegaconf import DictConfig, OmegaConf
 

@@ -27,6 +27,7 @@ from omegaconf import DictConfig
 
 from workbench import runstore, tracking
 from workbench.config import validate
+from workbench.core import world_size
 
 
 class RunFailed(RuntimeError):
@@ -158,9 +159,8 @@ def launch(cfg: DictConfig, run_dir: Optional[os.PathLike] = None, progress: Opt
     starter.check(cfg)
     run_dir = Path(run_dir) if run_dir is not None else runstore.new_run_dir(cfg)
     runstore.prepare(run_dir, cfg)
-    c = cfg.cluster
     show = cfg.trainer.progress if progress is None else progress
-    bar = _Progress(run_dir, f"{cfg.trainer.name} {cfg.model.name}/{cfg.data.name} x{c.nproc * c.nnodes}") if show else None
+    bar = _Progress(run_dir, f"{cfg.trainer.name} {cfg.model.name}/{cfg.data.name} x{world_size(cfg)}") if show else None
     old_env = os.environ.get("WORKBENCH_LAUNCHER")
     os.environ["WORKBENCH_LAUNCHER"] = "1"
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # each rank sets its own torch thread count
@@ -212,7 +212,7 @@ def resume(run_dir: os.PathLike, progress: Optional[bool] = None, check: bool = 
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"invalid run directory {str(run_dir)!r}: no config.yaml")
     cfg = runstore.load_config(run_dir)
-    world = cfg.cluster.nproc * cfg.cluster.nnodes
+    world = world_size(cfg)
     step = ckpt.latest_complete(run_dir, world)
     if step is None:
         raise ConfigError(f"invalid run directory {str(run_dir)!r}: no complete checkpoint under checkpoints/ "

@@ -65,7 +65,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
-from workbench.core import ConfigError
+from workbench.core import ConfigError, world_size
 from workbench.perfmodel.paradigms import Cluster, Prediction
 from workbench.perfmodel.profile import Profile, load_or_measure, profile_key
 
@@ -285,7 +285,7 @@ def _plan_rows(overrides, bandwidths, workers, profile, speedup, latency, only, 
     latency_s = parse_time(latency, "--latency")
     if speedup <= 0:
         raise ConfigError(f"invalid value {speedup!r} for --speedup: must be > 0")
-    workers = parse_workers(workers) if workers is not None else [int(base.cluster.nproc * base.cluster.nnodes)]
+    workers = parse_workers(workers) if workers is not None else [world_size(base)]
     vs = {w: variants(overrides, w)[0] for w in workers}
     if only:
         check_only(only, [v.label for w in vs for v in vs[w]])

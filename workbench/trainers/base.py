@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 
 from workbench import checkpoint as ckpt
 from workbench import data as data_mod
+from workbench.core import world_size
 from workbench.dist import DistInfo
 from workbench.meter import Meter
 from workbench.models import SplitModel, build_model
@@ -77,7 +78,7 @@ class Trainer:
     @classmethod
     def num_workers(cls, cfg: DictConfig) -> int:
         """Ranks that compute gradients on data (all of them, unless a trainer has servers)."""
-        return cfg.cluster.nproc * cfg.cluster.nnodes
+        return world_size(cfg)
 
     @classmethod
     def validate(cls, cfg: DictConfig) -> None:

@@ -54,7 +54,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import Dataset
 
 from workbench import data as data_mod
-from workbench.core import ConfigError, TrainerConfig, store_schema
+from workbench.core import ConfigError, TrainerConfig, store_schema, world_size
 from workbench.meter import AllreduceHookState
 from workbench.models import MODELS, SplitModel
 from workbench.perfmodel import stanza as pm
@@ -78,7 +78,7 @@ TAG_ACT, TAG_LABELS, TAG_GRAD, TAG_LOSS = 11, 12, 13, 14
 
 
 def nodes(cfg) -> int:
-    return cfg.cluster.nproc * cfg.cluster.nnodes
+    return world_size(cfg)
 
 
 def _auto(value) -> bool:
