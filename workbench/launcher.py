@@ -28,6 +28,7 @@ from omegaconf import DictConfig
 from workbench import runstore, tracking
 from workbench.config import validate
 from workbench.core import world_size
+from workbench.trainers import paradigm_of_config
 
 
 class RunFailed(RuntimeError):
@@ -194,6 +195,7 @@ def launch(cfg: DictConfig, run_dir: Optional[os.PathLike] = None, progress: Opt
         summary = {**run.partial_summary(), **summary, **error, "status": status,
                    "wall_time_s": time.time() - t0, "run_dir": str(run_dir)}
     summary["bytes_by_rank"] = run.rank_totals()
+    summary["paradigm"] = paradigm_of_config(cfg)  # the trainer's own label (ps/async, compressed/topk ...)
     if "verdict" not in summary:  # rank 0 never got to write it (a failed run): judge what it logged
         from workbench import verdict
         summary.update(verdict.summarize(run.records(), cfg, summary.get("status")))

@@ -47,6 +47,7 @@ class Compressor:
     name = "base"
     collective = "allreduce"  # allreduce | allgather
     category = "compressed"  # meter category of its traffic
+    bench_overrides: tuple = ()  # settings the bench suites run it with (e.g. a sparsifier's k)
 
     def __init__(self, cfg, rank: int, world: int, seed: int = 0) -> None:
         self.cfg, self.rank, self.world, self.seed = cfg, rank, world, seed
@@ -68,6 +69,15 @@ class Compressor:
         """Bytes per step over all buckets (``buckets``: each bucket's element count) of a model whose
         parameter shapes are ``shapes``; by default the sum of :meth:`payload_bytes` per bucket."""
         return sum(cls.payload_bytes(cfg, n) for n in buckets)
+
+    @classmethod
+    def sent_bytes(cls, payload: float, buckets: int, world: int) -> float:
+        """Bytes one rank sends per step for ``payload`` bytes over ``buckets`` buckets among ``world``
+        ranks: a ring all-reduce sends 2(N-1)/N of it; an all-gather sends it to the N-1 others, plus
+        each bucket's int64 length, exchanged first so that unequal payloads never hang."""
+        if cls.collective == "allgather":
+            return (world - 1) * (payload + 8 * buckets)
+        return 2 * (world - 1) / world * payload
 
     # -- one round: encode -> collective -> decode --------------------------------------------------
     def encode(self, x: torch.Tensor, info: BucketInfo) -> Tuple[Payload, Any]:

@@ -19,6 +19,10 @@ register_compressor_schema("fp16", FP16Config)
 class FP16(Compressor):
     name = "fp16"
     collective = "allreduce"
+
+    @classmethod
+    def payload_bytes(cls, cfg, n):
+        return 2 * n  # one 16-bit float per element
     dtype = torch.float16
 
     def encode(self, x, info):

@@ -51,6 +51,7 @@ class ModelEntry:
     build: Callable[..., SplitModel]  # build(spec: InputSpec, cfg) -> SplitModel
     min_image_size: int = 1
     note: str = ""
+    bench_data: str = "synthetic"  # the data set the bench suites run it on (digits: made for 8x8 inputs)
 
     def validate(self, cfg) -> None:
         """``cfg.model``'s ranges, and that the data set's images are large enough for this model."""
@@ -71,9 +72,9 @@ class ModelEntry:
 MODELS: Registry[ModelEntry] = Registry("model", key="model.name", entry_points="workbench.models")
 
 
-def register(name: str, min_image_size: int = 1, note: str = ""):
+def register(name: str, min_image_size: int = 1, note: str = "", bench_data: str = "synthetic"):
     def deco(fn):
-        MODELS.register(name)(ModelEntry(fn, min_image_size, note))
+        MODELS.register(name)(ModelEntry(fn, min_image_size, note, bench_data))
         return fn
     return deco
 

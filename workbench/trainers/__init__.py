@@ -43,4 +43,10 @@ def paradigm_of(get) -> str:
     return type("Unregistered", (Trainer,), {"name": name}).paradigm(clean)
 
 
+def paradigm_of_config(cfg) -> str:
+    """:func:`paradigm_of` a composed config (what ``summary.json`` records as ``paradigm``)."""
+    from omegaconf import OmegaConf
+    return paradigm_of(lambda k: OmegaConf.select(cfg, k, default=None))
+
+
 TRAINERS.discover(__name__, __path__, skip=("base",))

@@ -118,6 +118,20 @@ class Trainer:
         options for ``cfg`` (a trainer that plans variants must say which model predicts them)."""
         raise NotImplementedError(f"trainer {cls.name!r} declares no performance model")
 
+    # -- what the bytes suite counts (workbench.bench.bytes) -------------------------------------------
+    @classmethod
+    def bench_variants(cls, workers: int) -> List[Tuple[str, List[str]]]:
+        """(label, overrides) of each run of this paradigm the bytes suite measures with ``workers``
+        worker ranks; none: the suite leaves it out."""
+        return []
+
+    @classmethod
+    def analytic_bytes(cls, cfg: DictConfig, summary: dict, shapes: List[tuple]) -> Optional[float]:
+        """Bytes one worker rank sends per training step by this paradigm's algorithm, for a run of
+        ``cfg`` whose ``summary.json`` is ``summary`` and whose parameters have ``shapes``; None
+        where the paradigm has no closed form."""
+        return None
+
     # -- construction ------------------------------------------------------------------------------
     def __init__(self, cfg: DictConfig, info: DistInfo, meter: Meter, log: RunLog) -> None:
         self.cfg, self.info, self.meter, self.log = cfg, info, meter, log

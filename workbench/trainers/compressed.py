@@ -25,7 +25,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from workbench import data as data_mod
-from workbench.compress import build_compressor
+from workbench.compress import COMPRESSORS, build_compressor
 from workbench.compress.hook import CompressionHookState, compression_hook
 from workbench.meter import nbytes
 from workbench.core import ConfigError, store_schema
@@ -51,9 +51,21 @@ class CompressedTrainer(SyncTrainer):
 
     @classmethod
     def plan_variants(cls, ranks):
-        from workbench.core import conf_dir
-        names = sorted(p.stem for p in (conf_dir() / "compressor").glob("*.yaml"))
-        return [["trainer=compressed", f"compressor={c}"] for c in names if c != "none"]
+        return [["trainer=compressed", f"compressor={c}"] for c in COMPRESSORS if c != "none"]
+
+    @classmethod
+    def bench_variants(cls, workers):
+        return [(f"compressed: {c}", ["trainer=compressed", f"compressor={c}", f"cluster.nproc={workers}",
+                                      *COMPRESSORS[c].bench_overrides]) for c in COMPRESSORS]
+
+    @classmethod
+    def analytic_bytes(cls, cfg, summary, shapes):
+        """The payload the compressor's wire format implies for each of DDP's buckets, times its
+        collective's factor (:meth:`workbench.compress.Compressor.sent_bytes`)."""
+        comp = COMPRESSORS[cfg.compressor.name]
+        buckets = [b["numel"] for b in summary["compression"]["buckets"]]
+        return comp.sent_bytes(comp.payload_bytes_of_shapes(cfg.compressor, shapes, buckets), len(buckets),
+                               cls.num_workers(cfg))
 
     @classmethod
     def perf_model(cls, cfg):

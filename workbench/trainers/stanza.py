@@ -169,6 +169,20 @@ class StanzaTrainer(Trainer):
         from workbench.perfmodel import paradigms
         return paradigms.stanza, {"fc_workers": int(fixed_fc_workers(cfg))}
 
+    @classmethod
+    def bench_variants(cls, workers):
+        return [(f"stanza {workers - 1} CONV + 1 FC (a CONV worker)",
+                 ["trainer=stanza", "trainer.fc_workers=1", f"cluster.nproc={workers}"])]
+
+    @classmethod
+    def analytic_bytes(cls, cfg, summary, shapes):
+        """A CONV worker: ring all-reduce of the conv part among the CONV workers, plus its boundary
+        activations and their gradients (:func:`workbench.perfmodel.stanza.stanza_conv_worker_bytes`)."""
+        st = summary["stanza"]
+        b = pm.stanza_conv_worker_bytes(st["params"]["features"], st["boundary_floats"], summary["batch_per_worker"],
+                                        st["conv_workers"])
+        return pm.total(b, "sent")
+
     # -- validation before launch -----------------------------------------------------------------
     @classmethod
     def num_workers(cls, cfg) -> int:

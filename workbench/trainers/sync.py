@@ -8,6 +8,7 @@ communication hook that does exactly DDP's default all-reduce, counted by the me
 
     python -m workbench trainer=sync cluster.nproc=4
 """
+import math
 from dataclasses import dataclass
 
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -40,6 +41,16 @@ class SyncTrainer(Trainer):
     def perf_model(cls, cfg):
         from workbench.perfmodel import paradigms
         return paradigms.sync, {}
+
+    @classmethod
+    def bench_variants(cls, workers):
+        return [("sync (ring all-reduce)", ["trainer=sync", f"cluster.nproc={workers}"])] if cls is SyncTrainer else []
+
+    @classmethod
+    def analytic_bytes(cls, cfg, summary, shapes):
+        """Ring all-reduce of the parameters' float32 bytes M: 2(N-1)/N * M each way."""
+        n = cls.num_workers(cfg)
+        return 2 * (n - 1) / n * 4 * sum(math.prod(s) for s in shapes)
 
     @classmethod
     def validate(cls, cfg) -> None:
