@@ -69,6 +69,13 @@ def store_schema(group: str, name: str, node: type) -> None:
     ConfigStore.instance().store(group=f"{SCHEMA_GROUP}/{group}", name=name, node=node)
 
 
+def store_option(group: str, name: str, node: type) -> None:
+    """File ``node`` as the option ``<group>=<name>`` itself, its defaults the option's values: how a
+    member from another package (an entry point, ``docs/extending.md``), which has no YAML in this
+    tree's ``conf/``, becomes a choice of its group."""
+    ConfigStore.instance().store(group=group, name=name, node=node)
+
+
 @dataclass
 class TrainerConfig:
     """Fields every trainer shares; a trainer's own dataclass extends this one."""

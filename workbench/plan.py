@@ -147,8 +147,8 @@ def variants(overrides: Sequence[str], ranks: int) -> Tuple[List[Variant], List[
     shared, keys, choice = _split_overrides(overrides)
     if choice is not None and choice not in TRAINERS:
         raise ConfigError(f"unknown trainer {choice!r}; choose from {', '.join(TRAINERS)}")
-    from workbench.core import conf_dir
-    names = sorted(p.stem for p in (conf_dir() / "compressor").glob("*.yaml"))
+    from workbench.compress import COMPRESSORS
+    names = list(COMPRESSORS)
     for o in keys:
         k, _, v = o.partition("=")
         if k == "compressor" and v not in names:

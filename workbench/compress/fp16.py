@@ -19,11 +19,11 @@ register_compressor_schema("fp16", FP16Config)
 class FP16(Compressor):
     name = "fp16"
     collective = "allreduce"
+    dtype = torch.float16
 
     @classmethod
     def payload_bytes(cls, cfg, n):
         return 2 * n  # one 16-bit float per element
-    dtype = torch.float16
 
     def encode(self, x, info):
         return x.to(self.dtype).div_(self.world), x.dtype
