@@ -1,8 +1,7 @@
 """Command-line overrides checked before anything starts: every error Hydra or OmegaConf raises
 while composing becomes one line naming the key or option and the valid choices.
 
-Hydra's own reports run to 5-27 lines, list the internal ``*_schema`` entries among a group's
-options and, for an unknown key, suggest appending it with ``+`` (which the typed groups must not
+Hydra's own reports run to 5-27 lines, may name the internal ``schema/<group>/<name>`` entries and, for an unknown key, suggest appending it with ``+`` (which the typed groups must not
 accept). :func:`compose_one_line` composes like ``hydra.compose`` and raises
 :class:`~workbench.config.ConfigError` instead; :func:`check_appends` refuses ``+key=value`` /
 ``++key=value`` that would add a key the structured config does not have, and ``~key`` deletions.
@@ -117,8 +116,8 @@ def explain(e: BaseException, override_list: Sequence[str], base: Callable[[], O
     m = re.search(r"Ambiguous value for argument '([^=']+)=", msg)
     if m:
         return f"several values for {m.group(1)} (a sweep): add --multirun to run one job per value"
-    # never name the internal schema entries (trainer/ps_schema): the group is what the user wrote
-    return re.sub(r"'?([\w/]+?)/\w+_schema'?", r"\1", " ".join(_first_line(e).split()))
+    # never name the internal schema entries (schema/trainer/ps): the group is what the user wrote
+    return re.sub(r"'?/?schema/(\w+)/\w+(@_here_)?'?", r"\1", " ".join(_first_line(e).split()))
 
 
 def _group_options(group: str) -> List[str]:
