@@ -82,7 +82,7 @@ class Trainer:
 
     @classmethod
     def validate(cls, cfg: DictConfig) -> None:
-        """Trainer-specific checks; raise workbench.config.ConfigError."""
+        """Trainer-specific checks; raise workbench.core.ConfigError."""
 
     @classmethod
     def smoke_overrides(cls, nproc: int) -> list:
