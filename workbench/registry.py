@@ -15,6 +15,8 @@ import importlib
 import pkgutil
 from typing import Callable, Dict, Generic, Iterable, Iterator, Optional, TypeVar
 
+from workbench.core import check
+
 T = TypeVar("T")
 
 
@@ -48,8 +50,6 @@ class Registry(Generic[T]):
     def validate(self, cfg) -> None:
         """The member ``cfg`` picks (at :attr:`key`) checks its own config; ConfigError if unknown."""
         from omegaconf import OmegaConf
-
-        from workbench.core import check
         if self.key is None:
             return
         name = OmegaConf.select(cfg, self.key, default=None)
