@@ -115,6 +115,7 @@ def precheck(argv) -> None:
     a bad override or value is one line (ConfigError) here, never Hydra's multi-line report."""
     from workbench.api import compose
     from workbench.config import validate
+    from workbench.starters import check_names
     from omegaconf import OmegaConf
     for job in _jobs(argv):
         cfg = compose(job)
@@ -122,6 +123,7 @@ def precheck(argv) -> None:
         # only inside the job: launch() validates those there, before its ranks start
         if "${hydra:" not in OmegaConf.to_yaml(cfg):
             validate(cfg)  # warnings come from launch(), just before each job starts
+            check_names(cfg)
 
 
 def main() -> None:

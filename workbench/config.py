@@ -5,6 +5,10 @@ The YAML files under ``conf/`` hold values; the dataclasses in :mod:`workbench.c
 docstring per field. Each trainer and compressor owns its config dataclass (next to it, filed with
 :func:`workbench.core.store_schema`) so that adding one never touches this file.
 
+The starters (``cluster.starter``, ``network.starter``) sit above this layer (they run the worker,
+which validates): :func:`workbench.starters.check_names` checks their names where a run starts
+(``workbench.launch``, the CLI's pre-check).
+
 Range checks that types cannot express (``cluster.nproc >= 1``, ``optim.lr > 0`` …) live in
 :func:`validate`: the cluster, checkpoint, optimizer and the fields every trainer shares here, then a
 loop over the registries (network, data set, model, trainer, compressor), each member checking its
@@ -47,12 +51,7 @@ def registries() -> list:
 
 
 def _validate(cfg: DictConfig) -> None:
-    from workbench.starters import STARTERS
-
     c = cfg.cluster
-    _check(c.starter in STARTERS, "cluster.starter", c.starter, f"choose from {', '.join(STARTERS)}")
-    n = cfg.network
-    _check(n.starter is None or n.starter in STARTERS, "network.starter", n.starter, f"choose from {', '.join(STARTERS)}")
     _check_cluster(cfg)
     _check(cfg.checkpoint.every >= 0, "checkpoint.every", cfg.checkpoint.every, "must be >= 0 (0: never)")
     _check(cfg.checkpoint.keep >= 2, "checkpoint.keep", cfg.checkpoint.keep, "must be >= 2")
