@@ -21,7 +21,8 @@ round of communication (PowerSGD) override :meth:`Compressor.reduce` instead.
 
 A compressor also declares what the rest of the house would otherwise re-derive from its name:
 :meth:`Compressor.payload_bytes` (the bytes its wire format puts into the collective for one bucket;
-the bytes suite's analytic count and the performance model use it) and ``collective``.
+the bytes suite's analytic count uses it; the performance model measures the codec itself), its
+``collective``, and ``bench_overrides`` (the settings the bench suites run it with).
 
 Add a compressor: one module here with a config dataclass (filed with
 :func:`register_compressor_schema`) and a :class:`Compressor` subclass registered with
