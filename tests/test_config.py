@@ -126,3 +126,17 @@ def test_lr_scaling_and_warmup():
     assert lr_at(cfg.optim, 50, 100, 256) == pytest.approx(0.4)
     cfg = workbench.compose(["optim.lr=0.1", "optim.schedule=cosine"])
     assert lr_at(cfg.optim, 100, 100, 64) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_schemas_are_no_options_of_their_groups():
+    """Hydra offers ``trainer=sync``, never ``trainer=sync_schema``: the dataclasses that type a group's
+    options live in the config store under ``schema/<group>/``."""
+    from hydra.core.config_store import ConfigStore
+
+    from workbench.compress import COMPRESSORS
+    from workbench.trainers import TRAINERS
+    repo = ConfigStore.instance().repo
+    for group in ("trainer", "compressor", "model", "data", "optim", "cluster"):
+        assert not [n for n in repo.get(group, {}) if "schema" in n], group
+    assert {n.removesuffix(".yaml") for n in repo["schema"]["trainer"]} == set(TRAINERS)
+    assert {n.removesuffix(".yaml") for n in repo["schema"]["compressor"]} == set(COMPRESSORS)

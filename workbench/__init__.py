@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 # Resolved on first use (PEP 562): every rank process imports this package, and a rank needs none of
 # the API's analysis side (pandas alone costs each of them about a second of start-up on 2 cores).
 _API = {
-    "compose": "workbench.api", "ConfigError": "workbench.config", "RunFailed": "workbench.launcher",
+    "compose": "workbench.api", "ConfigError": "workbench.core", "RunFailed": "workbench.launcher",
     "launch": "workbench.launcher", "resume": "workbench.launcher", "Run": "workbench.runs",
     "load_metrics": "workbench.runs", "load_runs": "workbench.runs",
     "launch_variants": "workbench.variants", "base_overrides": "workbench.variants",

@@ -29,7 +29,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 import workbench.trainers  # noqa: F401  (registers the trainers' config schemas before Hydra composes)
-from workbench.config import ConfigError, conf_dir
+from workbench.core import ConfigError, conf_dir
 from workbench.verdict import line as verdict_line
 
 
@@ -115,6 +115,7 @@ def precheck(argv) -> None:
     a bad override or value is one line (ConfigError) here, never Hydra's multi-line report."""
     from workbench.api import compose
     from workbench.config import validate
+    from workbench.starters import check_names
     from omegaconf import OmegaConf
     for job in _jobs(argv):
         cfg = compose(job)
@@ -122,6 +123,7 @@ def precheck(argv) -> None:
         # only inside the job: launch() validates those there, before its ranks start
         if "${hydra:" not in OmegaConf.to_yaml(cfg):
             validate(cfg)  # warnings come from launch(), just before each job starts
+            check_names(cfg)
 
 
 def main() -> None:

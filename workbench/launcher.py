@@ -15,8 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import sys
 import threading
 import time
@@ -27,6 +25,9 @@ from omegaconf import DictConfig
 
 from workbench import runstore, tracking
 from workbench.config import validate
+from workbench.core import world_size
+from workbench.starters.local import describe_failure, free_port, port_free  # noqa: F401  (their old import path)
+from workbench.trainers import paradigm_of_config
 
 
 class RunFailed(RuntimeError):
@@ -35,61 +36,6 @@ class RunFailed(RuntimeError):
     def __init__(self, message: str, run) -> None:
         super().__init__(message)
         self.run = run
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def port_free(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind((host, port))
-            return True
-        except OSError:
-            return False
-
-
-def _signal_name(code: int) -> str:
-    try:
-        return signal.Signals(-code).name
-    except ValueError:
-        return f"signal {-code}"
-
-
-_AGENT_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT}
-_COMM_ERRORS = ("Connection closed by peer", "Connection reset", "Broken pipe", "Timed out", "timed out",
-                "DistNetworkError", "ECONNRESET", "DistBackendError", "Socket Timeout", "gloo")
-
-
-def describe_failure(run_dir: Path, failures: dict) -> dict:
-    """Pick the root cause among the failed ranks and describe it in one line.
-
-    A rank killed by a signal, or one that raised something other than a communication error, is
-    the cause; the ranks that merely lost their peer are consequences."""
-    rows = []
-    for rank, f in failures.items():
-        err = runstore.read_json(Path(run_dir) / "ranks" / f"rank{rank}_error.json") or {}
-        m = f.message
-        while isinstance(m, dict):  # error files nest {"message": {"message": ..., "extraInfo": ...}}
-            m = m.get("message", json.dumps(m))
-        msg = err.get("error") or (m if isinstance(m, str) else str(m))
-        killed = f.exitcode is not None and f.exitcode < 0
-        stopped = killed and -f.exitcode in _AGENT_SIGNALS  # the agent stopping the survivors
-        comm = any(s in (msg or "") for s in _COMM_ERRORS)
-        rank_order = 3 if stopped else 0 if killed else 2 if comm else 1
-        rows.append((rank_order, f.timestamp or 0, rank, f, msg, killed))
-    rows.sort(key=lambda r: (r[0], r[1], r[2]))
-    _, _, rank, f, msg, killed = rows[0]
-    if killed:
-        cause = f"killed by {_signal_name(f.exitcode)}"
-    else:
-        cause = f"exited with code {f.exitcode}: {(msg or '').strip().splitlines()[-1] if msg else 'no error recorded'}"
-    log = Path(run_dir) / "logs"
-    return {"failed_rank": rank, "exitcode": f.exitcode, "error": f"rank {rank} {cause}",
-            "failed_ranks": sorted(failures), "logs": str(log)}
 
 
 class _Progress(threading.Thread):
@@ -147,9 +93,10 @@ def launch(cfg: DictConfig, run_dir: Optional[os.PathLike] = None, progress: Opt
     Raises :class:`~workbench.config.ConfigError` before starting anything if ``cfg`` is invalid.
     """
     from workbench.runs import Run
-    from workbench.starters import STARTERS
+    from workbench.starters import STARTERS, check_names
 
     validate(cfg)
+    check_names(cfg)
     tracking.preflight(cfg)
     from workbench.config import warnings
     for w in warnings(cfg):  # known-unstable settings: said once, before launch, never refused
@@ -158,9 +105,8 @@ def launch(cfg: DictConfig, run_dir: Optional[os.PathLike] = None, progress: Opt
     starter.check(cfg)
     run_dir = Path(run_dir) if run_dir is not None else runstore.new_run_dir(cfg)
     runstore.prepare(run_dir, cfg)
-    c = cfg.cluster
     show = cfg.trainer.progress if progress is None else progress
-    bar = _Progress(run_dir, f"{cfg.trainer.name} {cfg.model.name}/{cfg.data.name} x{c.nproc * c.nnodes}") if show else None
+    bar = _Progress(run_dir, f"{cfg.trainer.name} {cfg.model.name}/{cfg.data.name} x{world_size(cfg)}") if show else None
     old_env = os.environ.get("WORKBENCH_LAUNCHER")
     os.environ["WORKBENCH_LAUNCHER"] = "1"
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # each rank sets its own torch thread count
@@ -194,6 +140,7 @@ def launch(cfg: DictConfig, run_dir: Optional[os.PathLike] = None, progress: Opt
         summary = {**run.partial_summary(), **summary, **error, "status": status,
                    "wall_time_s": time.time() - t0, "run_dir": str(run_dir)}
     summary["bytes_by_rank"] = run.rank_totals()
+    summary["paradigm"] = paradigm_of_config(cfg)  # the trainer's own label (ps/async, compressed/topk ...)
     if "verdict" not in summary:  # rank 0 never got to write it (a failed run): judge what it logged
         from workbench import verdict
         summary.update(verdict.summarize(run.records(), cfg, summary.get("status")))
@@ -207,12 +154,12 @@ def launch(cfg: DictConfig, run_dir: Optional[os.PathLike] = None, progress: Opt
 def resume(run_dir: os.PathLike, progress: Optional[bool] = None, check: bool = True):
     """Continue a stopped run in place from its newest complete checkpoint (``workbench resume``)."""
     from workbench import checkpoint as ckpt
-    from workbench.config import ConfigError
+    from workbench.core import ConfigError
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"invalid run directory {str(run_dir)!r}: no config.yaml")
     cfg = runstore.load_config(run_dir)
-    world = cfg.cluster.nproc * cfg.cluster.nnodes
+    world = world_size(cfg)
     step = ckpt.latest_complete(run_dir, world)
     if step is None:
         raise ConfigError(f"invalid run directory {str(run_dir)!r}: no complete checkpoint under checkpoints/ "

@@ -1,8 +1,7 @@
 """Command-line overrides checked before anything starts: every error Hydra or OmegaConf raises
 while composing becomes one line naming the key or option and the valid choices.
 
-Hydra's own reports run to 5-27 lines, list the internal ``*_schema`` entries among a group's
-options and, for an unknown key, suggest appending it with ``+`` (which the typed groups must not
+Hydra's own reports run to 5-27 lines, may name the internal ``schema/<group>/<name>`` entries and, for an unknown key, suggest appending it with ``+`` (which the typed groups must not
 accept). :func:`compose_one_line` composes like ``hydra.compose`` and raises
 :class:`~workbench.config.ConfigError` instead; :func:`check_appends` refuses ``+key=value`` /
 ``++key=value`` that would add a key the structured config does not have, and ``~key`` deletions.
@@ -17,7 +16,7 @@ from typing import Callable, List, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from workbench.config import ConfigError
+from workbench.core import ConfigError
 
 SCHEMA_SUFFIX = "_schema"  # config-store entries holding a group's types, not options a user picks
 
@@ -117,12 +116,12 @@ def explain(e: BaseException, override_list: Sequence[str], base: Callable[[], O
     m = re.search(r"Ambiguous value for argument '([^=']+)=", msg)
     if m:
         return f"several values for {m.group(1)} (a sweep): add --multirun to run one job per value"
-    # never name the internal schema entries (trainer/ps_schema): the group is what the user wrote
-    return re.sub(r"'?([\w/]+?)/\w+_schema'?", r"\1", " ".join(_first_line(e).split()))
+    # never name the internal schema entries (schema/trainer/ps): the group is what the user wrote
+    return re.sub(r"'?/?schema/(\w+)/\w+(@_here_)?'?", r"\1", " ".join(_first_line(e).split()))
 
 
 def _group_options(group: str) -> List[str]:
-    from workbench.config import conf_dir
+    from workbench.core import conf_dir
     return sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
 
 
@@ -159,7 +158,7 @@ def compose_one_line(override_list: Sequence[str], config_name: str = "config") 
     from omegaconf.errors import OmegaConfBaseException
 
     import workbench.trainers  # noqa: F401  (registers the trainers' config schemas)
-    from workbench.config import conf_dir
+    from workbench.core import conf_dir
 
     overrides = list(override_list)
     for s in overrides:

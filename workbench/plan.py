@@ -76,7 +76,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
-from workbench.config import ConfigError
+from workbench.core import ConfigError, world_size
 from workbench.perfmodel.paradigms import Cluster, Prediction
 from workbench.perfmodel.profile import Profile, load_or_measure, profile_key
 
@@ -164,8 +164,8 @@ def variants(overrides: Sequence[str], ranks: int) -> Tuple[List[Variant], List[
     shared, keys, choice = _split_overrides(overrides)
     if choice is not None and choice not in TRAINERS:
         raise ConfigError(f"unknown trainer {choice!r}; choose from {', '.join(TRAINERS)}")
-    from workbench.config import conf_dir
-    names = sorted(p.stem for p in (conf_dir() / "compressor").glob("*.yaml"))
+    from workbench.compress import COMPRESSORS
+    names = list(COMPRESSORS)
     for o in keys:
         k, _, v = o.partition("=")
         if k == "compressor" and v not in names:
@@ -356,7 +356,7 @@ def _plan_rows(overrides, bandwidths, workers, profile, speedup, latency, only, 
     latency_s = parse_time(latency, "--latency")
     if speedup <= 0:
         raise ConfigError(f"invalid value {speedup!r} for --speedup: must be > 0")
-    workers = parse_workers(workers) if workers is not None else [int(base.cluster.nproc * base.cluster.nnodes)]
+    workers = parse_workers(workers) if workers is not None else [world_size(base)]
     vs = {w: variants(overrides, w)[0] for w in workers}
     if only:
         check_only(only, [v.label for w in vs for v in vs[w]])

@@ -21,8 +21,8 @@ def concurrency(cfg) -> int:
     t = cfg.trainer
     if t.name not in ("ps", "staleness"):
         return 1
-    from workbench.trainers import TRAINERS
-    lam = TRAINERS[t.name].num_workers(cfg)
+    from workbench.ps.trainer import PSTrainer  # both are parameter-server trainers (not the registry: ps imports us)
+    lam = PSTrainer.num_workers(cfg)
     if t.name == "ps":
         return lam if t.mode == "async" else 1
     return int(t.n) if t.protocol == "softsync" else 1

@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     from workbench.config import validate
     from workbench.meter import Meter
     from workbench.sysmon import SystemMonitor
-    from workbench.trainers import TRAINERS
+    from workbench.trainers import TRAINERS, paradigm_of_config
     from workbench.trainers.base import Diverged
 
     if args.run_dir:
@@ -121,7 +121,7 @@ def main(argv=None) -> int:
     if info.rank == 0:
         from workbench import verdict
         summary.update(verdict.summarize(log.records(), cfg, status))  # metrics.jsonl is closed: complete
-        runstore.write_json(run_dir / "summary.json", {**summary, "run_dir": str(run_dir)})
+        runstore.write_json(run_dir / "summary.json", {**summary, "paradigm": paradigm_of_config(cfg), "run_dir": str(run_dir)})
     if code == 0:
         # Shut down only after a clean finish (after a failure the peers may already be gone), and
         # only when every rank has written its totals, so whoever finalises the summary sees them.

@@ -12,9 +12,13 @@ others on CIFAR-size synthetic data, 3×32×32, 10 classes):
 - ``trainer=ps`` (sync, N workers + 1 server): push M, pull M (plus 32-byte headers per server);
 - ``trainer=stanza`` (N−1 CONV + 1 FC workers): a CONV worker's ring all-reduce of the conv part
   among N−1, plus its boundary activations and their gradients (``perfmodel.stanza``);
-- ``trainer=compressed`` with each compressor: the payload its format implies for each of DDP's
-  buckets (``PAYLOAD`` below), times the collective's factor (all-reduce 2(N−1)/N, all-gather N−1,
-  plus the 8-byte length every all-gather exchanges first so that unequal payloads never hang).
+- ``trainer=compressed`` with each registered compressor: the payload its format implies for each of
+  DDP's buckets (the compressor's ``payload_bytes``), times the collective's factor (all-reduce
+  2(N−1)/N, all-gather N−1, plus the 8-byte length every all-gather exchanges first so that unequal
+  payloads never hang); each run with the compressor's ``bench_overrides`` (the sparsifiers keep 1 %).
+
+Each trainer says which runs it contributes (``bench_variants``) and its analytic count
+(``analytic_bytes``): a new trainer or compressor joins this suite without an edit here.
 
 Measured = worker rank 0's metered bytes per training step (``ranks/rank0.jsonl``), the first two
 steps left out (DDP rebuilds its buckets after step 1; PowerSGD compresses from step 2 on). Sent and
@@ -26,32 +30,15 @@ throughput benchmark.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import workbench
 from workbench.bench import report
-from workbench.compress import keep_count
+from workbench.compress import COMPRESSORS
 from workbench.config import validate
+from workbench.trainers import TRAINERS
 
 MODELS = ("small_cnn", "alexnet", "vgg16", "resnet18")
-COMPRESSORS = ("none", "fp16", "bf16", "topk", "mstopk", "randomk", "signsgd", "efsignsgd", "qsgd", "powersgd")
-K = 0.01  # the sparsifiers' density in this suite
-
-# Payload bytes of one bucket of n float32 gradients, from each compressor's wire format.
-PAYLOAD = {
-    "none": lambda n: 4 * n,
-    "fp16": lambda n: 2 * n,
-    "bf16": lambda n: 2 * n,
-    "topk": lambda n: 8 * keep_count(K, n),      # float32 value + int32 index
-    "mstopk": lambda n: 8 * keep_count(K, n),
-    "randomk": lambda n: 4 * keep_count(K, n),   # values only: every rank draws the same positions
-    "signsgd": lambda n: math.ceil(n / 8),       # one bit per element
-    "efsignsgd": lambda n: 4 + math.ceil(n / 8),  # + the float32 scale
-    "qsgd": lambda n: 4 + n,                     # float32 norm + one int8 level per element (16 levels)
-}
-SETTINGS = {"topk": [f"compressor.k={K}"], "mstopk": [f"compressor.k={K}"], "randomk": [f"compressor.k={K}"],
-            "powersgd": ["compressor.start_iter=2"], "qsgd": ["compressor.levels=16"]}
 
 
 def per_step(run, rank: int = 0, skip: int = 2) -> dict:
@@ -77,52 +64,27 @@ def param_shapes(run) -> list:
     return [tuple(p.shape) for p in build_model(cfg, data_mod.DATASETS[cfg.data.name].spec(cfg.data)).parameters()]
 
 
-def powersgd_payload(shapes, rank: int, rate: float) -> int:
-    """P and Q of every matrix worth compressing, the rest (1-D tensors, small matrices) dense."""
-    from workbench.compress.powersgd import should_compress
-    total = 0
-    for sh in shapes:
-        numel = math.prod(sh)
-        if len(sh) > 1:
-            n, m = sh[0], numel // sh[0]
-            if should_compress(n, m, rank, rate):
-                total += 4 * rank * (n + m)
-                continue
-        total += 4 * numel
-    return total
-
-
-def analytic_sent(run, name: str, N: int, run_kind: str) -> float:
-    from workbench.perfmodel import stanza as pm
-    shapes = param_shapes(run)
-    M = 4 * sum(math.prod(s) for s in shapes)
-    if run_kind == "sync":
-        return 2 * (N - 1) / N * M
-    if run_kind == "ps":
-        return M
-    if run_kind == "stanza":
-        st = run.summary["stanza"]
-        b = pm.stanza_conv_worker_bytes(st["params"]["features"], st["boundary_floats"], run.summary["batch_per_worker"],
-                                        st["conv_workers"])
-        return pm.total(b, "sent")
-    comp = run.config.compressor
-    if name == "powersgd":
-        payload = powersgd_payload(shapes, comp.rank, comp.min_compression_rate)
-    else:
-        payload = sum(PAYLOAD[name](b["numel"]) for b in run.summary["compression"]["buckets"])
-    if run.summary["compression"]["collective"] == "allgather":  # + each bucket's int64 length, exchanged first
-        return (N - 1) * (payload + 8 * len(run.summary["compression"]["buckets"]))
-    return 2 * (N - 1) / N * payload
+def analytic_sent(run) -> float:
+    """The trainer's own count (:meth:`Trainer.analytic_bytes`) of the bytes a worker sends per step."""
+    return TRAINERS[run.config.trainer.name].analytic_bytes(run.config, run.summary, param_shapes(run))
 
 
 def runs_for(N: int, compressors) -> list:
-    """(label, kind, overrides) of one model's runs."""
-    out = [("sync (ring all-reduce)", "sync", ["trainer=sync", f"cluster.nproc={N}"]),
-           ("ps sync (1 server)", "ps", ["trainer=ps", "trainer.mode=sync", f"cluster.nproc={N + 1}"]),
-           (f"stanza {N - 1} CONV + 1 FC (a CONV worker)", "stanza",
-            ["trainer=stanza", "trainer.fc_workers=1", f"cluster.nproc={N}"])]
-    out += [(f"compressed: {c}", c, ["trainer=compressed", f"compressor={c}", f"cluster.nproc={N}", *SETTINGS.get(c, [])])
-            for c in compressors]
+    """(label, kind, overrides) of one model's runs: every registered trainer's bytes variants
+    (:meth:`Trainer.bench_variants`), those with a compressor only for the ``compressors`` asked and
+    in their order; ``kind`` is the compressor's name for those, else the trainer's."""
+    compressors = list(compressors)
+    first = ["sync", "ps", "stanza"]  # the reference rows first, as in BENCHMARKS.md
+    out = []
+    for name in sorted(TRAINERS, key=lambda t: (first.index(t) if t in first else len(first), t)):
+        plain, compressed = [], []
+        for label, ov in TRAINERS[name].bench_variants(N):
+            picked = [o.split("=", 1)[1] for o in ov if o.startswith("compressor=")]
+            if not picked:
+                plain.append((label, name, ov))
+            elif picked[0] in compressors:
+                compressed.append((label, picked[0], ov))
+        out += plain + sorted(compressed, key=lambda r: compressors.index(r[1]))
     return out
 
 
@@ -132,7 +94,7 @@ def main(argv=None) -> None:
     p.add_argument("--workers", type=int, default=4, help="N")
     p.add_argument("--batch", type=int, default=4, help="samples per worker per step (Stanza's activations scale with it)")
     p.add_argument("--steps", type=int, default=4, help="the first 2 are left out")
-    p.add_argument("--compressors", default=",".join(COMPRESSORS))
+    p.add_argument("--compressors", default=",".join(COMPRESSORS), help=f"any of {', '.join(COMPRESSORS)}")
     a = p.parse_args(argv)
     if a.tiny:
         a.models, a.workers, a.compressors = "small_cnn", 2, "none,topk,powersgd"
@@ -141,19 +103,19 @@ def main(argv=None) -> None:
     out = Path(a.out) / suite
     rows, jobs = [], []
     for model in models:
-        for label, kind, ov in runs_for(a.workers, a.compressors.split(",")):
+        for label, _, ov in runs_for(a.workers, a.compressors.split(",")):
             cfg = workbench.compose(ov + report.data_overrides(model, a.batch) + [
                 f"model={model}", f"trainer.max_steps={a.steps}", "trainer.eval_every=100000", "trainer.progress=false",
                 "cluster.timeout_s=600", f"output_root={out / 'runs'}"])
             validate(cfg)  # every run's config, before the first one starts
-            jobs.append((model, label, kind, cfg))
-    for model, label, kind, cfg in jobs:
+            jobs.append((model, label, cfg))
+    for model, label, cfg in jobs:
         run = workbench.launch(cfg, progress=False, check=False)
         if run.summary.get("status") != "completed":
             rows.append({"model": model, "run": label, "status": run.summary.get("status")})
             continue
         m = per_step(run)
-        an = analytic_sent(run, kind, a.workers, kind if kind in ("sync", "ps", "stanza") else "compressed")
+        an = analytic_sent(run)
         sps = report.samples_per_s(run)
         rows.append({"model": model, "run": label, "N": a.workers,
                      "sent_B": round(m["sent"]), "analytic_sent_B": round(an),

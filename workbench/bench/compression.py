@@ -36,14 +36,13 @@ from pathlib import Path
 
 import workbench
 from workbench.bench import report
+from workbench.compress import COMPRESSORS
 from workbench.config import validate
 
-ALL = ["none", "fp16", "bf16", "topk", "mstopk", "randomk", "signsgd", "efsignsgd", "qsgd", "powersgd"]
-
-# PowerSGD compresses from step 2, so that the profile (from step profile_skip on) sees only
-# compressed steps; the sparsifiers keep 1 %.
-SETTINGS = {"powersgd": ["compressor.start_iter=2"], "topk": ["compressor.k=0.01"], "mstopk": ["compressor.k=0.01"],
-            "randomk": ["compressor.k=0.01", "compressor.error_feedback=true"]}  # as measured in BENCHMARKS.md
+# Every registered compressor, the uncompressed baseline first; each runs with its bench_overrides
+# (PowerSGD compresses from step 2, so that the profile, from step profile_skip on, sees only
+# compressed steps; the sparsifiers keep 1 %).
+ALL = ["none"] + [c for c in COMPRESSORS if c != "none"]
 COLS = ["compressor", "collective", "ratio", "payload KiB/step", "sent KiB/step", "enc+dec ms", "step ms",
         "vs none", "predicted ms", "error", "hook-overlap ms", "error (hook)", "crossover Gbps", "status"]
 
@@ -53,7 +52,7 @@ def configs(model: str, nproc: int, steps: int, compressors, overrides, output_r
             f"trainer.max_steps={steps}", "trainer.profile_skip=3", "trainer.eval_every=100000",
             "trainer.progress=false", "cluster.timeout_s=900", "optim.lr=0.01", f"output_root={output_root}",
             "name=${compressor.name}_${model.name}_${data.name}"]
-    return {name: workbench.compose(base + [f"compressor={name}", *SETTINGS.get(name, []), *overrides]
+    return {name: workbench.compose(base + [f"compressor={name}", *COMPRESSORS[name].bench_overrides, *overrides]
                                     + (["trainer.calibrate_steps=3"] if name == "none" else []))
             for name in compressors}
 

@@ -74,11 +74,12 @@ def merge_repeats(rounds: list, key, timed: list) -> list:
 
 
 def data_overrides(model: str, batch: int, samples: int = 256) -> list:
-    """The suites' data: the digits for the models made for 8×8 inputs, CIFAR-size synthetic data
-    (3×32×32, 10 classes) for the others."""
-    if model in ("small_cnn", "lenet5"):
-        return ["data=digits", f"data.batch_size={batch}"]
-    return ["data=synthetic", f"data.num_samples={samples}", f"data.batch_size={batch}"]
+    """The suites' data: the set the model declares (``bench_data`` of its registry entry: the digits
+    for the models made for 8×8 inputs, CIFAR-size synthetic data, 3×32×32 and 10 classes, for the
+    others); ``samples`` training samples where the set is synthetic."""
+    from workbench.models import MODELS
+    data = MODELS[model].bench_data
+    return [f"data={data}", *([f"data.num_samples={samples}"] if data == "synthetic" else []), f"data.batch_size={batch}"]
 
 
 def progress(row: dict) -> None:

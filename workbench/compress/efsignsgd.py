@@ -5,6 +5,8 @@ signs. Error feedback is on by default (``compressor.error_feedback``), through 
 compressor can use."""
 from dataclasses import dataclass
 
+import math
+
 import torch
 
 from workbench.compress import (COMPRESSORS, Compressor, CompressorConfig, as_bytes, from_bytes, packbits,
@@ -25,6 +27,10 @@ register_compressor_schema("efsignsgd", EFSignSGDConfig)
 class ScaledSign(Compressor):
     name = "efsignsgd"
     collective = "allgather"
+
+    @classmethod
+    def payload_bytes(cls, cfg, n):
+        return 4 + math.ceil(n / 8)  # the float32 scale + one bit per element
 
     def encode(self, x, info):
         n = x.numel()

@@ -10,7 +10,7 @@ from typing import Dict
 
 import torch
 
-from workbench.compress import Compressor
+from workbench.compress.base import Compressor
 
 
 class ErrorFeedback(Compressor):

@@ -21,6 +21,10 @@ class FP16(Compressor):
     collective = "allreduce"
     dtype = torch.float16
 
+    @classmethod
+    def payload_bytes(cls, cfg, n):
+        return 2 * n  # one 16-bit float per element
+
     def encode(self, x, info):
         return x.to(self.dtype).div_(self.world), x.dtype
 

@@ -20,7 +20,7 @@ from typing import Dict, List
 import torch
 import torch.distributed as dist
 
-from workbench.compress import BucketInfo, Compressor
+from workbench.compress.base import BucketInfo, Compressor
 from workbench.meter import Meter, nbytes
 
 

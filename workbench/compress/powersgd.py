@@ -19,6 +19,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Dict
 
+import math
+
 import numpy as np
 import torch
 
@@ -65,6 +67,21 @@ class PowerSGD(Compressor):
     name = "powersgd"
     collective = "allreduce"
     own_error_feedback = True  # the generic wrapper is not applied
+    bench_overrides = ("compressor.start_iter=2",)  # the bench suites measure compressed steps only
+
+    @classmethod
+    def payload_bytes_of_shapes(cls, cfg, shapes, buckets):
+        """P and Q of every matrix worth compressing, the rest (1-D tensors, small matrices) dense."""
+        total = 0
+        for sh in shapes:
+            numel = math.prod(sh)
+            if len(sh) > 1:
+                n, m = sh[0], numel // sh[0]
+                if should_compress(n, m, cfg.rank, cfg.min_compression_rate):
+                    total += 4 * cfg.rank * (n + m)
+                    continue
+            total += 4 * numel
+        return total
 
     def __init__(self, cfg, rank, world, seed=0):
         super().__init__(cfg, rank, world, seed)

@@ -41,6 +41,11 @@ def dequantize(norm: torch.Tensor, q: torch.Tensor, levels: int) -> torch.Tensor
 class QSGD(Compressor):
     name = "qsgd"
     collective = "allgather"
+    bench_overrides = ("compressor.levels=16",)
+
+    @classmethod
+    def payload_bytes(cls, cfg, n):
+        return 4 + torch.empty(0, dtype=level_dtype(cfg.levels)).element_size() * n  # float32 norm + a level each
 
     @classmethod
     def validate(cls, cfg):

@@ -33,6 +33,11 @@ def shared_indices(n: int, count: int, seed: int, step: int, bucket: int) -> tor
 class RandomK(Compressor):
     name = "randomk"
     collective = "allreduce"
+    bench_overrides = ("compressor.k=0.01", "compressor.error_feedback=true")
+
+    @classmethod
+    def payload_bytes(cls, cfg, n):
+        return 4 * keep_count(cfg.k, n)  # values only: every rank draws the same positions
 
     @classmethod
     def validate(cls, cfg):

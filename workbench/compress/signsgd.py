@@ -6,6 +6,8 @@ where SGD uses 0.05-0.1: ``scale`` (default 0.002) brings the shared ``optim.lr=
 of 1e-4; ``compressor.scale=1`` is the paper's plain ±1 (then set ``optim.lr`` for it)."""
 from dataclasses import dataclass
 
+import math
+
 import torch
 
 from workbench.compress import (COMPRESSORS, Compressor, CompressorConfig, check, packbits,
@@ -30,6 +32,10 @@ def signs(bits: torch.Tensor) -> torch.Tensor:
 class SignSGD(Compressor):
     name = "signsgd"
     collective = "allgather"
+
+    @classmethod
+    def payload_bytes(cls, cfg, n):
+        return math.ceil(n / 8)  # one bit per element
 
     @classmethod
     def validate(cls, cfg):

@@ -11,15 +11,13 @@ batch ``W * b``, which is what makes synchronous training comparable to single-p
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
 from typing import Callable, Tuple
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from workbench.models import InputSpec
+from workbench.core import InputSpec, check as check_value
 from workbench.registry import Registry
 
 
@@ -29,8 +27,18 @@ class DatasetEntry:
     load: Callable[..., Tuple[Dataset, Dataset]]
     check: Callable[..., None] = lambda cfg: None
 
+    def validate(self, cfg) -> None:
+        """``cfg.data``'s ranges, then the set's own check (e.g. ``data.root`` holds its files)."""
+        d = cfg.data
+        check_value(d.batch_size >= 1, "data.batch_size", d.batch_size, "must be >= 1")
+        check_value(d.resize is None or d.resize >= 1, "data.resize", d.resize, "must be >= 1 or null")
+        check_value(0 < d.test_fraction < 1, "data.test_fraction", d.test_fraction, "must be in (0, 1)")
+        check_value(d.num_samples >= 1, "data.num_samples", d.num_samples, "must be >= 1")
+        check_value(d.num_workers >= 0, "data.num_workers", d.num_workers, "must be >= 0")
+        self.check(d)
 
-DATASETS: Registry[DatasetEntry] = Registry("data set")
+
+DATASETS: Registry[DatasetEntry] = Registry("data set", key="data.name", entry_points="workbench.datasets")
 
 
 def resized_spec(spec: InputSpec, cfg) -> InputSpec:
@@ -84,5 +92,4 @@ def test_loader(dataset: Dataset, cfg, worker: int, workers: int) -> DataLoader:
     return DataLoader(shard, batch_size=256, shuffle=False, num_workers=cfg.data.num_workers)
 
 
-for _m in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_m.name}")
+DATASETS.discover(__name__, __path__)

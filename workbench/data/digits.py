@@ -4,7 +4,7 @@ import numpy as np
 import torch
 
 from workbench.data import DATASETS, DatasetEntry, ResizedTensorDataset, resized_spec
-from workbench.models import InputSpec
+from workbench.core import InputSpec
 
 SPLIT_SEED = 0  # fixed, so the test set is the same for every run and every run seed
 

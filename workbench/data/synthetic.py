@@ -4,7 +4,7 @@ bytes (seeded by data shape only, not the run seed)."""
 import torch
 
 from workbench.data import DATASETS, DatasetEntry, ResizedTensorDataset, resized_spec
-from workbench.models import InputSpec
+from workbench.core import InputSpec
 
 
 def _spec(cfg) -> InputSpec:

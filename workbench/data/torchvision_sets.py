@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
-from workbench.config import ConfigError
+from workbench.core import ConfigError
 from workbench.data import DATASETS, DatasetEntry, ResizedTensorDataset, resized_spec
-from workbench.models import InputSpec
+from workbench.core import InputSpec
 
 _FILES = {
     "mnist": ("MNIST/raw", ["train-images-idx3-ubyte", "train-labels-idx1-ubyte",

@@ -3,8 +3,9 @@ Stanza's CONV workers train) and a ``classifier`` part (fully connected; Stanza'
 ``forward(x) = classifier(features(x))``. ``features`` ends with a flatten, so its output is the
 boundary activation of ``boundary_size`` floats per sample.
 
-Add a model: one file in this package with a function decorated by ``@MODELS.register(name)`` that
-returns a :class:`ModelSpec`, and one ``conf/model/<name>.yaml``.
+Add a model: one module in this package (or one named by an entry point of the ``workbench.models``
+group) with a builder decorated by ``@register(name)`` that returns a :class:`SplitModel`, and one
+``conf/model/<name>.yaml``.
 
 Models built on torchvision import it inside their builder: importing ``torchvision.models`` pulls in
 torch's compiler stack (dynamo, sympy, triton), about 2 s of start-up per rank on this 2-core
@@ -12,23 +13,14 @@ machine that a run of the small CNN never uses.
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 from torch import nn
 
+from workbench.core import ConfigError, InputSpec, check  # noqa: F401  (InputSpec: the models' import path)
 from workbench.registry import Registry
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """What a data set feeds a model."""
-    channels: int
-    image_size: int
-    num_classes: int
 
 
 class SplitModel(nn.Module):
@@ -59,9 +51,17 @@ class ModelEntry:
     build: Callable[..., SplitModel]  # build(spec: InputSpec, cfg) -> SplitModel
     min_image_size: int = 1
     note: str = ""
+    bench_data: str = "synthetic"  # the data set the bench suites run it on (digits: made for 8x8 inputs)
+
+    def validate(self, cfg) -> None:
+        """``cfg.model``'s ranges, and that the data set's images are large enough for this model."""
+        from workbench.data import DATASETS
+        check(cfg.model.width >= 1, "model.width", cfg.model.width, "must be >= 1")
+        check(0 <= cfg.model.dropout < 1, "model.dropout", cfg.model.dropout, "must be in [0, 1)")
+        if cfg.data.name in DATASETS:
+            self.check_input(DATASETS[cfg.data.name].spec(cfg.data), key="model.name")
 
     def check_input(self, spec: InputSpec, key: str = "model.name") -> None:
-        from workbench.config import ConfigError
         if spec.image_size < self.min_image_size:
             raise ConfigError(
                 f"invalid value for {key}: this model needs images of at least {self.min_image_size}x"
@@ -69,12 +69,12 @@ class ModelEntry:
                 f"set data.resize={self.min_image_size} or use a larger data set")
 
 
-MODELS: Registry[ModelEntry] = Registry("model")
+MODELS: Registry[ModelEntry] = Registry("model", key="model.name", entry_points="workbench.models")
 
 
-def register(name: str, min_image_size: int = 1, note: str = ""):
+def register(name: str, min_image_size: int = 1, note: str = "", bench_data: str = "synthetic"):
     def deco(fn):
-        MODELS.register(name)(ModelEntry(fn, min_image_size, note))
+        MODELS.register(name)(ModelEntry(fn, min_image_size, note, bench_data))
         return fn
     return deco
 
@@ -86,5 +86,4 @@ def build_model(cfg, spec: InputSpec) -> SplitModel:
     return entry.build(spec, cfg.model)
 
 
-for _m in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_m.name}")
+MODELS.discover(__name__, __path__)

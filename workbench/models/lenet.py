@@ -4,7 +4,7 @@ from torch import nn
 from workbench.models import InputSpec, SplitModel, register
 
 
-@register("lenet5", min_image_size=4)
+@register("lenet5", min_image_size=4, bench_data="digits")
 def lenet5(spec: InputSpec, cfg) -> SplitModel:
     features = nn.Sequential(
         nn.Conv2d(spec.channels, 6, 5, padding=2), nn.Tanh(), nn.AvgPool2d(2),

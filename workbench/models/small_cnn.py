@@ -5,7 +5,7 @@ from torch import nn
 from workbench.models import InputSpec, SplitModel, register
 
 
-@register("small_cnn")
+@register("small_cnn", bench_data="digits")
 def small_cnn(spec: InputSpec, cfg) -> SplitModel:
     w = cfg.width
     features = nn.Sequential(

@@ -1,12 +1,16 @@
 """Emulated networks: the papers' 1-100 Gb clusters re-created on one Linux box with a real network
-stack (namespaces, veth, bridge, tc), not a simulator. See :mod:`workbench.network.emulated`."""
+stack (namespaces, veth, bridge, tc), not a simulator. See :mod:`workbench.network.emulated`.
+
+``network.name`` picks a member of :data:`NETWORKS`; each checks its own config before launch
+(``loopback``: nothing to check; ``emulated``: :func:`check_config`)."""
 from __future__ import annotations
 
 import os
 import re
 import shutil
 
-from workbench.config import ConfigError
+from workbench.core import ConfigError
+from workbench.registry import Registry
 
 _UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
           "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}
@@ -57,3 +61,20 @@ def check_config(cfg) -> None:
     for tool in ("ip", "tc"):
         if shutil.which(tool) is None:
             raise ConfigError(f"invalid value 'emulated' for network.name: `{tool}` not found; install iproute2")
+
+
+class Network:
+    """A network a run's ranks talk over; ``validate(cfg)`` runs before anything starts."""
+
+    @staticmethod
+    def validate(cfg) -> None:
+        pass
+
+
+class Emulated(Network):
+    validate = staticmethod(check_config)
+
+
+NETWORKS: Registry[Network] = Registry("network", key="network.name")
+NETWORKS.register("loopback")(Network())
+NETWORKS.register("emulated")(Emulated())

@@ -31,7 +31,7 @@ import torch.distributed as dist
 
 from workbench import checkpoint as ckpt
 from workbench import data as data_mod
-from workbench.config import ConfigError
+from workbench.core import ConfigError, world_size
 from workbench.models import build_model
 from workbench.ps import stats as S
 from workbench.ps.protocol import PSClient
@@ -54,11 +54,11 @@ class PSTrainer(Trainer):
 
     @classmethod
     def num_workers(cls, cfg) -> int:
-        return cfg.cluster.nproc * cfg.cluster.nnodes - cls.num_servers(cfg)
+        return world_size(cfg) - cls.num_servers(cfg)
 
     @classmethod
     def validate(cls, cfg) -> None:
-        world = cfg.cluster.nproc * cfg.cluster.nnodes
+        world = world_size(cfg)
         s = cfg.trainer.num_servers
         if not 1 <= s < world:
             raise ConfigError(f"invalid value {s!r} for trainer.num_servers: must be in [1, {world - 1}] "

@@ -11,10 +11,9 @@ summary (with SLURM every task calls the launcher, only global rank 0 finalises)
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from typing import Optional
 
+from workbench.core import check
 from workbench.registry import Registry
 
 STARTERS: Registry = Registry("process starter")
@@ -31,5 +30,12 @@ class Starter:
         return True
 
 
-for _m in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_m.name}")
+def check_names(cfg) -> None:
+    """``cluster.starter`` and ``network.starter`` name registered starters (ConfigError otherwise);
+    run before anything starts, next to :func:`workbench.config.validate`."""
+    check(cfg.cluster.starter in STARTERS, "cluster.starter", cfg.cluster.starter, f"choose from {', '.join(STARTERS)}")
+    s = cfg.network.starter
+    check(s is None or s in STARTERS, "network.starter", s, f"choose from {', '.join(STARTERS)}")
+
+
+STARTERS.discover(__name__, __path__)

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from workbench.config import ConfigError
+from workbench.core import ConfigError
 from workbench.starters import STARTERS, Starter
 
 
@@ -44,7 +44,7 @@ def _report_every_failed_rank() -> None:
 @STARTERS.register("elastic")
 class ElasticStarter(Starter):
     def check(self, cfg) -> None:
-        from workbench.launcher import port_free
+        from workbench.starters.local import port_free
         c = cfg.cluster
         if c.nnodes > 1:
             raise ConfigError(f"invalid value {c.nnodes} for cluster.nnodes: the launcher starts this machine's ranks; "
@@ -59,7 +59,7 @@ class ElasticStarter(Starter):
         from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
         from workbench import worker
-        from workbench.launcher import describe_failure, free_port
+        from workbench.starters.local import describe_failure, free_port
         c = cfg.cluster
         multiprocessing.get_context("forkserver").set_forkserver_preload(worker.FORKSERVER_PRELOAD)
         _report_every_failed_rank()

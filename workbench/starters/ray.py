@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from workbench.config import ConfigError
+from workbench.core import ConfigError, world_size
 from workbench.starters import STARTERS, Starter
 
 
@@ -57,7 +57,7 @@ class RayStarter(Starter):
         trainer = TorchTrainer(
             _train_loop, train_loop_config={"run_dir": str(Path(run_dir).resolve())},
             torch_config=TorchConfig(backend=choose_backend(c), timeout_s=int(c.timeout_s)),
-            scaling_config=ScalingConfig(num_workers=c.nproc * c.nnodes, use_gpu=use_gpu,
+            scaling_config=ScalingConfig(num_workers=world_size(cfg), use_gpu=use_gpu,
                                          resources_per_worker={"CPU": max(1, c.threads)} if not use_gpu else None),
             run_config=RunConfig(name=Path(run_dir).name, storage_path=str(Path(run_dir).resolve() / "ray")),
         )

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from workbench.config import ConfigError
+from workbench.core import ConfigError, world_size
 from workbench.starters import STARTERS, Starter
 
 
@@ -40,7 +40,7 @@ def _env():
 class SubmititStarter(Starter):
     def check(self, cfg) -> None:
         env = _env()
-        if env.num_tasks != cfg.cluster.nproc * cfg.cluster.nnodes:
+        if env.num_tasks != world_size(cfg):
             raise ConfigError(f"invalid value {cfg.cluster.nproc} for cluster.nproc: the job has {env.num_tasks} tasks "
                               f"over {env.num_nodes} nodes; cluster=slurm takes them from hydra.launcher")
 

@@ -109,7 +109,7 @@ def tracker_class(name: str):
 def preflight(cfg: DictConfig) -> Optional[str]:
     """Before launch: ConfigError for an unknown tracker; the warning line (printed) if its package
     is missing, else None."""
-    from workbench.config import ConfigError
+    from workbench.core import ConfigError
     name = tracker_name(cfg)
     if name == "none":
         return None

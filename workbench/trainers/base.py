@@ -21,6 +21,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from workbench import checkpoint as ckpt
 from workbench import data as data_mod
+from workbench.core import world_size
 from workbench.dist import DistInfo
 from workbench.meter import Meter
 from workbench.models import SplitModel, build_model
@@ -114,11 +115,11 @@ class Trainer:
     @classmethod
     def num_workers(cls, cfg: DictConfig) -> int:
         """Ranks that compute gradients on data (all of them, unless a trainer has servers)."""
-        return cfg.cluster.nproc * cfg.cluster.nnodes
+        return world_size(cfg)
 
     @classmethod
     def validate(cls, cfg: DictConfig) -> None:
-        """Trainer-specific checks; raise workbench.config.ConfigError."""
+        """Trainer-specific checks; raise workbench.core.ConfigError."""
 
     @classmethod
     def smoke_overrides(cls, nproc: int) -> list:
@@ -153,6 +154,20 @@ class Trainer:
         """This trainer's step-time function in :mod:`workbench.perfmodel.paradigms` and its
         options for ``cfg`` (a trainer that plans variants must say which model predicts them)."""
         raise NotImplementedError(f"trainer {cls.name!r} declares no performance model")
+
+    # -- what the bytes suite counts (workbench.bench.bytes) -------------------------------------------
+    @classmethod
+    def bench_variants(cls, workers: int) -> List[Tuple[str, List[str]]]:
+        """(label, overrides) of each run of this paradigm the bytes suite measures with ``workers``
+        worker ranks; none: the suite leaves it out."""
+        return []
+
+    @classmethod
+    def analytic_bytes(cls, cfg: DictConfig, summary: dict, shapes: List[tuple]) -> Optional[float]:
+        """Bytes one worker rank sends per training step by this paradigm's algorithm, for a run of
+        ``cfg`` whose ``summary.json`` is ``summary`` and whose parameters have ``shapes``; None
+        where the paradigm has no closed form."""
+        return None
 
     # -- construction ------------------------------------------------------------------------------
     def __init__(self, cfg: DictConfig, info: DistInfo, meter: Meter, log: RunLog) -> None:

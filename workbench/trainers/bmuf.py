@@ -27,7 +27,7 @@ from typing import Optional
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from workbench.config import ConfigError, TrainerConfig, register_trainer_schema
+from workbench.core import ConfigError, TrainerConfig, store_schema
 from workbench.trainers import TRAINERS
 from workbench.trainers.base import Trainer, build_optimizer
 
@@ -51,8 +51,8 @@ class LocalSGDConfig(BMUFConfig):
     reset_local_momentum: bool = False  # plain periodic averaging keeps each worker's momentum
 
 
-register_trainer_schema("bmuf", BMUFConfig)
-register_trainer_schema("local_sgd", LocalSGDConfig)
+store_schema("trainer", "bmuf", BMUFConfig)
+store_schema("trainer", "local_sgd", LocalSGDConfig)
 
 
 def bmuf_update(global_w: torch.Tensor, delta: torch.Tensor, mean_w: torch.Tensor, start: torch.Tensor, eta: float,

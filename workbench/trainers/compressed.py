@@ -24,10 +24,10 @@ from typing import List
 import torch
 
 from workbench import data as data_mod
-from workbench.compress import build_compressor
+from workbench.compress import COMPRESSORS, build_compressor
 from workbench.compress.hook import CompressionHookState, compression_hook
 from workbench.meter import nbytes
-from workbench.config import ConfigError, register_trainer_schema
+from workbench.core import ConfigError, store_schema
 from workbench.trainers import TRAINERS
 from workbench.trainers.sync import SyncConfig, SyncTrainer
 
@@ -40,7 +40,7 @@ class CompressedConfig(SyncConfig):
     calibrate_sizes_kb: List[int] = field(default_factory=lambda: [4, 1024, 8192])  # collective sizes timed
 
 
-register_trainer_schema("compressed", CompressedConfig)
+store_schema("trainer", "compressed", CompressedConfig)
 
 
 @TRAINERS.register("compressed")
@@ -50,9 +50,21 @@ class CompressedTrainer(SyncTrainer):
 
     @classmethod
     def plan_variants(cls, ranks):
-        from workbench.config import conf_dir
-        names = sorted(p.stem for p in (conf_dir() / "compressor").glob("*.yaml"))
-        return [["trainer=compressed", f"compressor={c}"] for c in names if c != "none"]
+        return [["trainer=compressed", f"compressor={c}"] for c in COMPRESSORS if c != "none"]
+
+    @classmethod
+    def bench_variants(cls, workers):
+        return [(f"compressed: {c}", ["trainer=compressed", f"compressor={c}", f"cluster.nproc={workers}",
+                                      *COMPRESSORS[c].bench_overrides]) for c in COMPRESSORS]
+
+    @classmethod
+    def analytic_bytes(cls, cfg, summary, shapes):
+        """The payload the compressor's wire format implies for each of DDP's buckets, times its
+        collective's factor (:meth:`workbench.compress.Compressor.sent_bytes`)."""
+        comp = COMPRESSORS[cfg.compressor.name]
+        buckets = [b["numel"] for b in summary["compression"]["buckets"]]
+        return comp.sent_bytes(comp.payload_bytes_of_shapes(cfg.compressor, shapes, buckets), len(buckets),
+                               cls.num_workers(cfg))
 
     @classmethod
     def perf_model(cls, cfg):

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.config import ConfigError, TrainerConfig, register_trainer_schema
+from workbench.core import ConfigError, TrainerConfig, store_schema
 from workbench.ps import protocol as P
 from workbench.ps.stats import ServerStats
 from workbench.ps.trainer import PSTrainer
@@ -41,7 +41,7 @@ class EASGDConfig(TrainerConfig):
     moving_rate: float = 0.1  # alpha = eta * rho, in (0, 1): how far worker and centre move toward each other
 
 
-register_trainer_schema("easgd", EASGDConfig)
+store_schema("trainer", "easgd", EASGDConfig)
 
 
 class ElasticRule:

@@ -21,11 +21,12 @@ For bounded staleness, n-softsync and learning-rate modulation see ``trainer=sta
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
-from workbench.config import ConfigError, TrainerConfig, register_trainer_schema
+from workbench.core import ConfigError, TrainerConfig, store_schema
 from workbench.ps.rules import GradientRule
 from workbench.ps.trainer import PSTrainer
 from workbench.trainers import TRAINERS
@@ -42,7 +43,7 @@ class PSConfig(TrainerConfig):
     compensate_momentum: bool = True
 
 
-register_trainer_schema("ps", PSConfig)
+store_schema("trainer", "ps", PSConfig)
 
 
 class GradientPSTrainer(PSTrainer):
@@ -87,6 +88,16 @@ class ParameterServerTrainer(GradientPSTrainer):
         from workbench.perfmodel import paradigms
         t = cfg.trainer
         return (paradigms.ps_sync if t.mode == "sync" else paradigms.ps_async), {"servers": int(t.num_servers)}
+
+    @classmethod
+    def bench_variants(cls, workers):
+        return [("ps sync (1 server)", ["trainer=ps", "trainer.mode=sync", f"cluster.nproc={workers + 1}"])]
+
+    @classmethod
+    def analytic_bytes(cls, cfg, summary, shapes):
+        """A worker pushes its gradients and pulls the weights: M = the parameters' float32 bytes
+        each way (the 32-byte headers per server are counted apart, as control)."""
+        return 4 * sum(math.prod(s) for s in shapes)
 
     @classmethod
     def validate(cls, cfg) -> None:

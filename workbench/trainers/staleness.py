@@ -27,9 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from workbench.config import ConfigError
+from workbench.core import ConfigError, store_schema
 from workbench.ps.rules import MODULATIONS, ON_STALE
-from workbench.config import register_trainer_schema
 from workbench.trainers import TRAINERS
 from workbench.trainers.ps import GradientPSTrainer, PSConfig
 
@@ -46,7 +45,7 @@ class StalenessConfig(PSConfig):
     compensate_momentum: bool = False  # Rudra's protocols as published: optim.momentum as given
 
 
-register_trainer_schema("staleness", StalenessConfig)
+store_schema("trainer", "staleness", StalenessConfig)
 
 
 @TRAINERS.register("staleness")

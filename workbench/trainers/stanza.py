@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset
 
 from workbench import data as data_mod
-from workbench.config import ConfigError, TrainerConfig, register_trainer_schema
+from workbench.core import ConfigError, TrainerConfig, store_schema, world_size
 from workbench.meter import AllreduceHookState, flat_collective, metered_sum_hook, size_buckets
 from workbench.models import MODELS, SplitModel
 from workbench.perfmodel import stanza as pm
@@ -70,13 +70,13 @@ class StanzaConfig(TrainerConfig):
     bucket_cap_mb: float = 25.0  # bucket size of the CONV group's DDP all-reduce and of the FC all-reduce
 
 
-register_trainer_schema("stanza", StanzaConfig)
+store_schema("trainer", "stanza", StanzaConfig)
 
 TAG_ACT, TAG_LABELS, TAG_GRAD, TAG_LOSS = 11, 12, 13, 14
 
 
 def nodes(cfg) -> int:
-    return cfg.cluster.nproc * cfg.cluster.nnodes
+    return world_size(cfg)
 
 
 def _auto(value) -> bool:
@@ -137,6 +137,20 @@ class StanzaTrainer(Trainer):
     def perf_model(cls, cfg):
         from workbench.perfmodel import paradigms
         return paradigms.stanza, {"fc_workers": int(fixed_fc_workers(cfg))}
+
+    @classmethod
+    def bench_variants(cls, workers):
+        return [(f"stanza {workers - 1} CONV + 1 FC (a CONV worker)",
+                 ["trainer=stanza", "trainer.fc_workers=1", f"cluster.nproc={workers}"])]
+
+    @classmethod
+    def analytic_bytes(cls, cfg, summary, shapes):
+        """A CONV worker: ring all-reduce of the conv part among the CONV workers, plus its boundary
+        activations and their gradients (:func:`workbench.perfmodel.stanza.stanza_conv_worker_bytes`)."""
+        st = summary["stanza"]
+        b = pm.stanza_conv_worker_bytes(st["params"]["features"], st["boundary_floats"], summary["batch_per_worker"],
+                                        st["conv_workers"])
+        return pm.total(b, "sent")
 
     # -- validation before launch -----------------------------------------------------------------
     @classmethod

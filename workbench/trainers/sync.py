@@ -8,9 +8,10 @@ communication hook that does exactly DDP's default all-reduce, counted by the me
 
     python -m workbench trainer=sync cluster.nproc=4
 """
+import math
 from dataclasses import dataclass
 
-from workbench.config import ConfigError, TrainerConfig, register_trainer_schema
+from workbench.core import ConfigError, TrainerConfig, store_schema
 from workbench.meter import AllreduceHookState, metered_allreduce_hook
 from workbench.trainers import TRAINERS
 from workbench.trainers.base import Trainer, build_optimizer, wrap_ddp
@@ -23,7 +24,7 @@ class SyncConfig(TrainerConfig):
     metered: bool = True  # count bytes through the meter's hook (false: DDP's built-in C++ all-reduce)
 
 
-register_trainer_schema("sync", SyncConfig)
+store_schema("trainer", "sync", SyncConfig)
 
 
 @TRAINERS.register("sync")
@@ -38,6 +39,16 @@ class SyncTrainer(Trainer):
     def perf_model(cls, cfg):
         from workbench.perfmodel import paradigms
         return paradigms.sync, {}
+
+    @classmethod
+    def bench_variants(cls, workers):
+        return [("sync (ring all-reduce)", ["trainer=sync", f"cluster.nproc={workers}"])] if cls is SyncTrainer else []
+
+    @classmethod
+    def analytic_bytes(cls, cfg, summary, shapes):
+        """Ring all-reduce of the parameters' float32 bytes M: 2(N-1)/N * M each way."""
+        n = cls.num_workers(cfg)
+        return 2 * (n - 1) / n * 4 * sum(math.prod(s) for s in shapes)
 
     @classmethod
     def validate(cls, cfg) -> None:
