@@ -21,8 +21,12 @@ COMPRESSION_COLUMNS = ("compression_ratio", "encode_ms", "decode_ms", "compress_
 def paradigm_of(row) -> str:
     """The run's paradigm label (``ps/async``, ``staleness/n=3``, ``stanza/n_f=2``,
     ``compressed/powersgd``; ``sync``) from its flattened ``cfg.*`` columns: each trainer's own
-    ``paradigm`` (workbench.trainers.paradigm_of), the labels ``workbench.plan`` uses too. The one
-    place analysis derives a label: where runs record their paradigm themselves, read it here."""
+    ``paradigm`` (workbench.trainers.paradigm_of), the labels ``workbench.plan`` uses too. A run
+    records its label in ``summary.json`` (``paradigm``); only a run without one (written before
+    that field, or still running) has it derived from its config."""
+    recorded = row.get("paradigm")
+    if isinstance(recorded, str) and recorded:
+        return recorded
     from workbench.trainers import paradigm_of as label
     name = row.get("cfg.trainer.name") or row.get("trainer")
     return label(lambda k: name if k == "trainer.name" else row.get(f"cfg.{k}"))
