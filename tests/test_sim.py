@@ -136,6 +136,7 @@ def test_estimate_scales_with_events():
     s = SimSpec(workers=1024, compute_s=0.1, model_bytes=1000, bandwidth=1e9, steps=1000)
     assert estimate_s(s) == pytest.approx(1024 * 1000 * 12e-6)
     assert estimate_s(SimSpec(**{**s.__dict__, "servers": 4})) == pytest.approx(4 * estimate_s(s))
+    assert estimate_s(SimSpec(**{**s.__dict__, "host_cores": 2})) == pytest.approx(6 * estimate_s(s))
 
 
 def test_rudra_staleness_grows_with_n():
@@ -159,3 +160,85 @@ def test_plan_at_1024_learners():
     assert one["max_staleness"] <= 2 and sum(one["staleness_hist"]) > 0
     assert rows["easgd/async"]["simulated"] is True
     assert rows["ps/sync"]["simulated"] is not True  # synchronous: the analytic model
+
+
+# -- the shared host: a processor-sharing pool of cores ------------------------------------------
+
+def _pool_ends(cores, works):
+    """When each job of ``works`` CPU-seconds, all started at 0, ends in a pool of ``cores``."""
+    from workbench.sim.engine import POOL, CorePool
+    q = EventQueue()
+    pool = CorePool(q, cores)
+    for i, w in enumerate(works):
+        pool.start(w, i)
+    ends = {}
+    while q:
+        kind, p, version = q.pop()
+        assert kind == POOL
+        for i in p.fire(version):
+            ends[i] = q.now
+    return [ends[i] for i in range(len(works))]
+
+
+def test_pool_shares_cores_between_active_jobs():
+    # 1 core, two 1 s jobs: each runs at 1/2, both end at 2
+    assert _pool_ends(1, [1.0, 1.0]) == pytest.approx([2.0, 2.0])
+    # 1 core, 1 s and 2 s: half speed until the first ends at 2 (1 s each done), then the other alone: 3
+    assert _pool_ends(1, [1.0, 2.0]) == pytest.approx([2.0, 3.0])
+    # 2 cores: a job never runs faster than one core, so nobody waits
+    assert _pool_ends(2, [1.0, 2.0]) == pytest.approx([1.0, 2.0])
+    # 2 cores, three 1 s jobs: each at 2/3, all end at 1.5
+    assert _pool_ends(2, [1.0, 1.0, 1.0]) == pytest.approx([1.5, 1.5, 1.5])
+
+
+def test_pool_retimes_jobs_started_later():
+    # 1 core: A (2 s) alone until 1 (1 s left); B (0.5 s) starts at 1: both at 1/2, B ends at 2, A at 2.5
+    from workbench.sim.engine import POOL, CorePool
+    q = EventQueue()
+    pool = CorePool(q, 1)
+    pool.start(2.0, "A")
+    q.at(1.0, "start B")
+    ends = {}
+    while q:
+        ev = q.pop()
+        if ev == ("start B",):
+            pool.start(0.5, "B")
+            continue
+        for tok in ev[1].fire(ev[2]):
+            ends[tok] = q.now
+    assert ends == pytest.approx({"A": 2.5, "B": 2.0})
+
+
+@pytest.mark.parametrize("lam", [1, 4])
+def test_one_core_caps_the_throughput(lam):
+    # λ workers of c = 0.5 s with a free server (no bytes, no update): on one shared core the pool is
+    # the bottleneck, 1/c = 2 gradients/s in total whatever λ; with a host per worker λ/c
+    kw = dict(workers=lam, compute_s=0.5, model_bytes=0, bandwidth=1e15, steps=6)
+    shared = simulate(SimSpec(**kw, host_cores=1))
+    apart = simulate(SimSpec(**kw))
+    assert shared["gradients_applied"] == apart["gradients_applied"] == 6 * lam
+    assert shared["gradients_applied"] / shared["elapsed_s"] == pytest.approx(2.0)
+    assert apart["gradients_applied"] / apart["elapsed_s"] == pytest.approx(2.0 * lam)
+    # two cores: twice one core while λ ≥ 2
+    two_cores = simulate(SimSpec(**kw, host_cores=2))
+    assert two_cores["gradients_applied"] / two_cores["elapsed_s"] == pytest.approx(2.0 * min(lam, 2))
+
+
+def test_shared_host_charges_the_copies_and_the_update():
+    # one worker on one core, M/β = 1 s per message, update 0.5 s, c = 1: per step compute 1, the push's
+    # copy 1 (both ends at once: two jobs of 1 s on one core end at 2 s, so 2), update 0.5, the reply's
+    # copy 2 again: 5.5 s per step on one core; with two cores the copies' two ends run side by side: 3.5
+    kw = dict(workers=1, compute_s=1.0, model_bytes=1000, bandwidth=1000.0, update_s=0.5, steps=2)
+    assert simulate(SimSpec(**kw, host_cores=1), record=True)["done_s"][0] == pytest.approx(2 * 5.5)
+    assert simulate(SimSpec(**kw, host_cores=2))["done_s"][0] == pytest.approx(2 * 3.5)
+
+
+def test_shared_host_keeps_the_protocol_and_refuses_bad_cores():
+    # hand-computed async schedule above (worker 1 1.6x slower), on 2 cores with a free server: each
+    # worker has a core of its own, so the same τ sequence
+    r = simulate(two(stragglers=((1, 1.6, 0.0),), host_cores=2, bandwidth=1e15), record=True)
+    assert r["applied"] == [[[0, 0]], [[1, 1]], [[0, 1]], [[0, 0]], [[1, 2]], [[1, 0]]]
+    assert r["elapsed_s"] == pytest.approx(4.8)
+    with pytest.raises(ConfigError, match="host_cores") as e:
+        check(two(host_cores=0))
+    assert "\n" not in str(e.value)

@@ -15,6 +15,9 @@ Runbook
   hardware); ``--cv`` its lognormal spread; ``--stragglers k --slowdown f --delay d``: workers
   0..k−1 compute f times slower and sleep d seconds per step.
 - ``--max-staleness``/``--on-stale``/``--lr-modulation``: the SSP bound and Rudra's α(τ), as ``trainer=staleness``.
+- ``--host-cores k``: every worker and server on one host of k cores (a processor-sharing pool that
+  compute, message copies and the server's service all draw from), as a run on this machine is;
+  ``--compute-s`` is then one batch's CPU-seconds on one thread (with ``--profile``: its single-rank compute).
 
 Prints updates/s, samples/s, a worker's mean step, ⟨τ⟩, max τ and the τ histogram, the servers'
 and links' utilisation; ``--json FILE`` writes all of it. Exit status 0; 2 for bad input (λ < 1, n
@@ -44,7 +47,7 @@ def _spec(a):
     common = dict(workers=a.workers, bandwidth=bw, latency=lat, protocol=a.protocol, n=a.n, servers=a.servers,
                   steps=a.steps, cv=a.cv, stragglers=stragglers_first(a.stragglers, a.slowdown, a.delay),
                   max_staleness=a.max_staleness, on_stale=a.on_stale, lr_modulation=a.lr_modulation,
-                  period=a.period, seed=a.seed)
+                  period=a.period, seed=a.seed, host_cores=a.host_cores)
     if a.profile:
         from workbench.perfmodel.profile import Profile
         from workbench.sim.spec import from_profile
@@ -84,6 +87,8 @@ def main(argv=None) -> int:
     ap.add_argument("--lr-modulation", default="none")
     ap.add_argument("--period", type=int, default=4, help="EASGD's local steps between exchanges")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--host-cores", type=int, default=None,
+                    help="all nodes on one host of this many cores, shared (default: a host per node)")
     ap.add_argument("--max-wall-s", type=float, default=600.0, help="refuse requests estimated to take longer here")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)

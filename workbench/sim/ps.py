@@ -16,8 +16,33 @@ run; only time is simulated. Per message, with M the model's bytes, S servers, �
 - EASGD: ``period`` local steps (compute + optimizer), then the parameters to the centre, which
   answers at once (the asynchronous elastic rule); staleness does not apply.
 
-Left out: the workers' forward/backward overlapping their transfers, contention inside a host,
-network topology beyond one link per node, TCP dynamics, the servers' message handling beyond their
+That is a network of hosts, one per worker and per server (``host_cores=None``). With
+``host_cores=k`` they all share one host of k cores instead, as λ workers and a server run as
+processes on this machine: every CPU activity is a job in a processor-sharing pool
+(:class:`workbench.sim.engine.CorePool`; with j jobs active each runs at min(1, k/j)), and the links
+are no longer resources of their own:
+
+- a worker's compute is a job of ``compute_s`` (the spread and a straggler's factor applied; it is
+  one batch's CPU-seconds on one thread, ``prof.compute_s(1)``: the pool does the time-sharing);
+  a straggler's delay is a sleep, not CPU;
+- a message (a push's shard, a reply, EASGD's parameters) costs 2α + M/(Sβ) of CPU on *each* end,
+  both jobs starting together. β is the profile's loopback ping-pong, each leg of which is one
+  process writing M bytes while the other reads them, so a one-way transfer of M already takes about
+  M/β of wall with both ends busy; hence one job of M/β per end, not M/(2β) and not the sum. α (the
+  header's round trip on loopback: syscalls and wake-ups) is charged likewise, twice per message as
+  above (header and payload);
+- a server is still one process, one FIFO queue, one job at a time: it takes up a push when free (the
+  worker's side of the copy starts then too: the worker is blocked in its send until the server
+  reads), then the update (``update_s``/S) if the protocol made one, then each reply in turn; a
+  worker computes again once every server's reply has been copied in.
+
+Left out on a shared host: a worker sending shards to S > 1 servers does so as parallel jobs (one
+thread each), where the real worker sends them one after another; the kernel's own work beyond
+the two copies; cache and memory-bandwidth contention (a job's rate depends only on how many run).
+
+Left out in both: the workers' forward/backward overlapping their transfers, the workers' own
+per-step work outside forward+backward (flattening, copying weights back, Python), network topology
+beyond one link per node, TCP dynamics, the servers' message handling beyond their
 link, evaluation and checkpoints. The staleness statistics are those of shard 0 (every shard sees
 the same pushes; with S > 1 their clocks differ only by the order pushes reach them).
 """
@@ -26,14 +51,18 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections import deque
 from typing import Dict, List, Optional
 
 from workbench.perfmodel.paradigms import HEADER_BYTES
 from workbench.ps.rules import Protocol
-from workbench.sim.engine import EventQueue
+from workbench.sim.engine import CorePool, EventQueue
 from workbench.sim.spec import SimSpec, check
 
 PUSH, DONE = 0, 1
+WAKE = 2  # on a shared host: a straggler's sleep is over, it pushes
+# what a job in the shared host's pool was, when it ends
+COMPUTED, SENT, RECEIVED, UPDATED, REPLIED, PULLED = range(6)
 
 
 class SimProtocol(Protocol):
@@ -67,7 +96,8 @@ def _rules(spec: SimSpec, record: bool = False) -> SimProtocol:
 
 
 def _draws(spec: SimSpec):
-    """Per worker: a function giving the next step's compute seconds (spread and stragglers)."""
+    """Per worker: a function giving the next step's (compute seconds, extra delay): the spread and
+    a straggler's factor are compute (CPU on a shared host), its delay a sleep."""
     rng = random.Random(spec.seed)
     base = [spec.compute_s] * spec.workers
     delay = [0.0] * spec.workers
@@ -75,11 +105,11 @@ def _draws(spec: SimSpec):
         base[i] *= f
         delay[i] += d
     if spec.cv <= 0:
-        return lambda w: base[w] + delay[w]
+        return lambda w: (base[w], delay[w])
     sigma = math.sqrt(math.log1p(spec.cv ** 2))
     mu = -sigma * sigma / 2  # mean of the factor: exactly 1
     lnv = rng.lognormvariate
-    return lambda w: base[w] * lnv(mu, sigma) + delay[w]
+    return lambda w: (base[w] * lnv(mu, sigma), delay[w])
 
 
 def simulate(spec: SimSpec, record: bool = False, max_wall_s: Optional[float] = None) -> dict:
@@ -112,7 +142,7 @@ def simulate(spec: SimSpec, record: bool = False, max_wall_s: Optional[float] = 
     npush = 0
 
     def work(w: int) -> float:
-        return sum(draw(w) + local for _ in range(per))
+        return sum(sum(draw(w)) + local for _ in range(per))
 
     def deliver(v: int, t: float) -> None:
         if t > ready[v]:
@@ -131,31 +161,130 @@ def simulate(spec: SimSpec, record: bool = False, max_wall_s: Optional[float] = 
         else:
             q.at(t0 + work(v) + extra, PUSH, v)
 
-    for w in range(lam):
-        q.at(work(w) + extra, PUSH, w)
-    while q:
-        kind, w = q.pop()
-        now = q.now
-        npush += kind == PUSH
-        for s in range(S):
-            start = free[s] if free[s] > now else now
-            cursor = start + (msg if kind == PUSH else hdr)
+    if spec.host_cores is None:
+        for w in range(lam):
+            q.at(work(w) + extra, PUSH, w)
+        while q:
+            kind, w = q.pop()
+            now = q.now
+            npush += kind == PUSH
+            for s in range(S):
+                start = free[s] if free[s] > now else now
+                cursor = start + (msg if kind == PUSH else hdr)
+                if easgd:
+                    replies = [(w, 0, None)] if kind == PUSH else []
+                    cursor += upd if kind == PUSH else 0.0
+                else:
+                    r = rules[s]
+                    before = r.timestamp
+                    replies = r.on_push(w, ts[w][s], None) if kind == PUSH else r.on_done(w)
+                    cursor += (r.timestamp - before) * upd
+                for v, _, _ in replies:
+                    cursor += msg
+                    if not easgd:
+                        ts[v][s] = rules[s].timestamp
+                    deliver(v, cursor)
+                link[s] += (msg if kind == PUSH else hdr) + msg * len(replies)
+                busy[s] += cursor - start
+                free[s] = cursor
+    else:
+        # One shared host: every CPU activity is a job in the pool (see the module's docstring).
+        pool = CorePool(q, spec.host_cores)
+        queue = [deque() for _ in range(S)]  # each server's FIFO of (PUSH | DONE, worker)
+        serving = [None] * S  # what each server is doing: (kind, worker, since)
+        replies_left = [[] for _ in range(S)]
+
+        def compute(w: int) -> None:
+            cpu = sleep = 0.0
+            for _ in range(per):
+                c, d = draw(w)
+                cpu += c + local
+                sleep += d
+            pool.start(cpu, (COMPUTED, w, sleep))
+
+        def push(w: int, kind: int) -> None:
+            for s in range(S):
+                queue[s].append((kind, w))
+                serve(s)
+
+        def serve(s: int) -> None:
+            if serving[s] is not None or not queue[s]:
+                return
+            kind, w = queue[s].popleft()
+            serving[s] = (kind, w, q.now)
+            cost = msg if kind == PUSH else hdr
+            link[s] += cost
+            # the copy of the message costs both ends at once: the server reading, the worker writing
+            pool.start(cost, (RECEIVED, s))
+            pool.start(cost, (SENT, w))
+
+        def received(s: int) -> None:
+            kind, w, _ = serving[s]
             if easgd:
                 replies = [(w, 0, None)] if kind == PUSH else []
-                cursor += upd if kind == PUSH else 0.0
+                cost = upd if kind == PUSH else 0.0
             else:
                 r = rules[s]
                 before = r.timestamp
                 replies = r.on_push(w, ts[w][s], None) if kind == PUSH else r.on_done(w)
-                cursor += (r.timestamp - before) * upd
-            for v, _, _ in replies:
-                cursor += msg
-                if not easgd:
-                    ts[v][s] = rules[s].timestamp
-                deliver(v, cursor)
-            link[s] += (msg if kind == PUSH else hdr) + msg * len(replies)
-            busy[s] += cursor - start
-            free[s] = cursor
+                cost = (r.timestamp - before) * upd
+            replies_left[s] = [v for v, _, _ in replies]
+            if cost > 0:
+                pool.start(cost, (UPDATED, s))
+            else:
+                reply(s)
+
+        def reply(s: int) -> None:
+            if not replies_left[s]:
+                busy[s] += q.now - serving[s][2]
+                serving[s] = None
+                serve(s)
+                return
+            v = replies_left[s].pop(0)
+            if not easgd:
+                ts[v][s] = rules[s].timestamp
+            link[s] += msg
+            pool.start(msg, (REPLIED, s))
+            pool.start(msg, (PULLED, v))
+
+        def pulled(v: int) -> None:
+            nonlocal npush
+            left[v] -= 1
+            if left[v]:
+                return
+            left[v] = S
+            done[v] += 1
+            if done[v] >= rounds:
+                t_done[v] = q.now
+                if not first:
+                    first.append((q.now, npush))
+                push(v, DONE)
+            else:
+                compute(v)
+
+        for w in range(lam):
+            compute(w)
+        while q:
+            ev = q.pop()
+            if ev[0] == WAKE:
+                npush += 1
+                push(ev[1], PUSH)
+                continue
+            for tok in ev[1].fire(ev[2]):
+                what, x = tok[0], tok[1]
+                if what == COMPUTED:
+                    if tok[2] > 0:  # a straggler's sleep: time, not CPU
+                        q.at(q.now + tok[2], WAKE, x)
+                    else:
+                        npush += 1
+                        push(x, PUSH)
+                elif what == RECEIVED:
+                    received(x)
+                elif what == UPDATED or what == REPLIED:
+                    reply(x)
+                elif what == PULLED:
+                    pulled(x)
+                # SENT: the worker's side of a push's copy; it only loads the pool
     for r in rules:
         r.finish()
     end = max([q.now, *free])

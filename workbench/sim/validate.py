@@ -4,9 +4,12 @@
 Per run: the real τ histogram, ⟨τ⟩, max τ and samples/s (the servers' gradients × batch over rank 0's
 training time) beside the simulator's, with the errors: |Δ⟨τ⟩|, the total-variation distance between
 the two τ distributions (½ Σ|p − q|: 0 identical, 1 disjoint) and the samples/s error. The simulator
-gets the profile's compute time (forward+backward with λ ranks computing on this host), optimizer
-and link; only the compute *spread* (cv) is taken from a real run: a lognormal fitted to the middle
-half (:func:`robust_cv`) of rank 0's step times in the asynchronous run at that λ, where a worker waits
+puts every worker and the server on one host of this machine's cores (``host_cores`` =
+``os.cpu_count()``: the validation runs are all processes here), so it gets the profile's
+*single-rank* compute (one batch's CPU-seconds; the pool does the time-sharing that the profile's
+λ-rank figure measured), optimizer and loopback link; the row's "sim model" says so. Only the
+compute *spread* (cv) is taken from a real run: a lognormal fitted to the middle half
+(:func:`robust_cv`) of rank 0's step times in the asynchronous run at that λ, where a worker waits
 for nobody (the meter's communication time cannot be subtracted: on loopback it covers nearly the
 whole step). Rank 0's median step, real and simulated, is shown beside the profile's compute.
 Samples/s count, as the staleness benchmark does, every applied gradient per second of rank 0's loop.
@@ -14,6 +17,7 @@ Samples/s count, as the staleness benchmark does, every applied gradient per sec
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from pathlib import Path
 from typing import List, Optional, Sequence
@@ -81,6 +85,7 @@ def compare(lams: Sequence[int] = (2, 4), steps: int = 100, delay: float = 0.05,
             log=print) -> List[dict]:
     """Run every protocol of :func:`protocols` for real and simulated at each λ; one row each."""
     out = Path(out or "experiments/bench/sim")
+    cores = os.cpu_count() or 1
     rows = []
     for lam in lams:
         prof = profile_for(lam, out, log)
@@ -94,14 +99,17 @@ def compare(lams: Sequence[int] = (2, 4), steps: int = 100, delay: float = 0.05,
             if s.get("status") != "completed" or not ps:
                 rows.append({"λ": lam, "protocol": f"{label} (run {s.get('status')})", "run": run.path.name})
                 continue
-            spec = SimSpec(workers=lam, compute_s=prof.compute_s(min(lam, prof.ranks)), model_bytes=prof.model_bytes,
+            # every process of the run shares this host: one pool of its cores, single-rank compute
+            spec = SimSpec(workers=lam, compute_s=prof.compute_s(1), model_bytes=prof.model_bytes,
                            bandwidth=prof.beta, latency=prof.alpha, update_s=prof.update_s(), steps=steps,
-                           batch=BATCH, cv=min(cv, 10.0), seed=lam, **fields)
+                           batch=BATCH, cv=min(cv, 10.0), seed=lam, host_cores=cores, **fields)
             sim = simulate(spec)
             # as the staleness benchmark counts: every gradient applied, per second of rank 0's loop
             real_sps = ps["gradients"] * BATCH / s["train_time_s"]
             sim_sps = sim["gradients_applied"] * BATCH / sim["done_s"][0]
-            rows.append({"λ": lam, "protocol": label, "steps": steps, "compute ms (profile)": round(1e3 * spec.compute_s, 1),
+            rows.append({"λ": lam, "protocol": label, "steps": steps,
+                         "sim model": f"shared host, {cores} cores",
+                         "compute ms (profile, 1 rank)": round(1e3 * spec.compute_s, 1),
                          "cv": round(cv, 2),
                          "rank 0 step ms (real / sim)": f"{1e3 * statistics.median(step_times(run.records())):.1f} / "
                                                         f"{1e3 * sim['done_s'][0] / steps:.1f}",
