@@ -70,10 +70,11 @@ def main(argv=None) -> None:
                  f"{max(abs(r['⟨τ⟩ real'] - r['⟨τ⟩ sim']) for r in ok):.2f}; total-variation distance between the "
                  f"real and simulated τ distributions ≤ {max(r['TV distance'] for r in ok):.2f} (median "
                  f"{sorted(r['TV distance'] for r in ok)[len(ok) // 2]:.2f}); samples/s |error| {pct('samples/s error')}. "
-                 "Rank 0's step, real against simulated, shows where: the profile's forward+backward (measured in "
-                 "lockstep with the other ranks parked) leaves out the worker's per-step work outside it (shards "
-                 "flattened and copied back, data loading, Python) and the other sessions' load on this 2-core "
-                 "machine, which varies from run to run. Tables 2–5 are predictions beyond this "
+                 "The simulator runs these on a shared host (this machine's cores as one processor-sharing pool "
+                 "that the workers' compute, the server and the copies draw from); what it still leaves out shows "
+                 "in rank 0's step, real against simulated: the worker's per-step work outside forward+backward "
+                 "(shards flattened and copied back, data loading, Python) and the noise of a profile timed over "
+                 "3 steps (its single-rank compute differs between the λ rows). Tables 2–5 are predictions beyond this "
                  "machine, checked only as far as table 1 reaches: the protocol's staleness closely, throughput to "
                  "within the errors above.")
     cmd = "python -m workbench.bench sim " + " ".join(argv if argv is not None else [])
