@@ -1,12 +1,13 @@
-"""What the package cites is in the repository: every "docs/papers.md §N" a docstring, comment, config
-or test names is a section of docs/papers.md, and nothing cites a specification file that is not
+"""What the package cites is in the repository: every "docs/papers.md §N" a docstring, comment, config,
+notebook or test names is a section of docs/papers.md, and nothing cites a specification file that is not
 in the repository."""
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = [p for d in ("workbench", "tests", "conf", "docs") for p in (ROOT / d).rglob("*")
-           if p.suffix in (".py", ".yaml", ".md")] + [ROOT / "README.md", ROOT / "BENCHMARKS.md"]
+SOURCES = [p for d in ("workbench", "tests", "conf", "docs", "notebooks") for p in (ROOT / d).rglob("*")
+           if p.suffix in (".py", ".yaml", ".md", ".ipynb") and ".ipynb_checkpoints" not in p.parts] + [
+    ROOT / "README.md", ROOT / "BENCHMARKS.md"]
 
 
 def test_cited_paper_sections_exist():
