@@ -21,3 +21,11 @@ def test_merge_repeats_of_one_round_is_that_round():
 def test_within_counts_from_the_table():
     rows = [{"e": "+5 %"}, {"e": "-25 %"}, {"e": None}, {"e": "+19.9 %"}]
     assert report.within(rows, "e") == "2 of 3 rows within ±20 % (e)"
+
+
+def test_repeats_count_the_rounds_where_the_first_timed_column_has_a_value():
+    """A protocol that never reached its target still has a throughput: `repeats` counts the target."""
+    rounds = [[{"p": "a", "reach_s": None, "rate": 10.0}], [{"p": "a", "reach_s": 2.0, "rate": 12.0}],
+              [{"p": "a", "reach_s": None, "rate": 11.0}]]
+    (a,) = report.merge_repeats(rounds, "p", ["reach_s", "rate"])
+    assert a["repeats"] == "1/3" and a["reach_s"] == 2.0 and a["rate"] == 11.0 and a["rate spread"] == "10–12"

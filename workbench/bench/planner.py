@@ -52,7 +52,7 @@ def main(argv=None) -> None:
         for r in merged(rounds):
             row = {"model": model, "paradigm": r["paradigm"], "bandwidth": r["bandwidth"], "N": a.workers,
                    "predicted ms": 1e3 * r["predicted_step_s"], "measured ms": 1e3 * r["measured_step_s"] if "measured_step_s" in r else None,
-                   "spread ms": r.get("measured_step_s spread"), "repeats": r.get("repeats"),
+                   "spread ms": r.get("measured_step_ms spread"), "repeats": r.get("repeats"),
                    "error": f"{100 * r['error']:+.1f} %" if "error" in r else r.get("measured_status"),
                    "predicted B/step": round(r["predicted_bytes_per_step"]),
                    "measured B/step": round(r["measured_bytes_per_step"]) if "measured_bytes_per_step" in r else None,
@@ -81,21 +81,19 @@ def main(argv=None) -> None:
 
 
 def merged(rounds: list) -> list:
-    """The rounds' rows merged per (paradigm, bandwidth): median measured step (ms spread in
-    ``measured_step_s spread``, seconds), the error of that median, the bytes of the first round
-    (bytes are deterministic: every round measures the same)."""
+    """The rounds' rows merged per (paradigm, bandwidth): median measured step and its min–max in
+    ms (``measured_step_ms spread``), the error of that median; bytes are deterministic, so their
+    median is every round's count."""
     if len(rounds) == 1:
         return rounds[0]
     keep = ("paradigm", "bandwidth", "workers", "predicted_step_s", "predicted_bytes_per_step", "bottleneck",
-            "measured_step_s", "measured_bytes_per_step", "bytes_error", "measured_status")
-    rows = report.merge_repeats([[{k: r[k] for k in keep if k in r} for r in rs] for rs in rounds],
-                                lambda r: (r["paradigm"], r["bandwidth"]), ["measured_step_s"])
+            "measured_bytes_per_step", "bytes_error", "measured_status")
+    ms = lambda r: {"measured_step_ms": 1e3 * r["measured_step_s"]} if "measured_step_s" in r else {}  # noqa: E731
+    rows = report.merge_repeats([[{**{k: r[k] for k in keep if k in r}, **ms(r)} for r in rs] for rs in rounds],
+                                lambda r: (r["paradigm"], r["bandwidth"]), ["measured_step_ms"])
     for r in rows:
-        spread = r.get("measured_step_s spread")
-        if spread:  # seconds → ms for the table
-            lo, hi = (float(x.replace(",", "")) for x in spread.split("–"))
-            r["measured_step_s spread"] = f"{1e3 * lo:.3g}–{1e3 * hi:.3g}"
-        if r.get("measured_step_s"):
+        if r.get("measured_step_ms"):
+            r["measured_step_s"] = r["measured_step_ms"] / 1e3
             r["error"] = r["predicted_step_s"] / r["measured_step_s"] - 1
     return rows
 

@@ -44,8 +44,9 @@ def within(rows: list, col: str, limit_pct: float = 20.0, skip=lambda r: False) 
 def merge_repeats(rounds: list, key, timed: list) -> list:
     """One row per ``key`` from interleaved rounds of the same runs: every number is the median over
     the rounds that have it, and each ``timed`` column gains ``<col> spread``, the rounds' min–max, so
-    a table shows how far one run may move. ``key``: a column name, or a function of a row. A single
-    round is returned as it is (nothing to merge)."""
+    a table shows how far one run may move, and ``repeats`` says in how many rounds the first
+    ``timed`` column has a value (e.g. reached the target). ``key``: a column name, or a function of
+    a row. A single round is returned as it is (nothing to merge)."""
     import statistics
     if len(rounds) == 1:
         return list(rounds[0])
@@ -68,7 +69,8 @@ def merge_repeats(rounds: list, key, timed: list) -> list:
                 merged[col] = " / ".join(dict.fromkeys(str(r.get(col)) for r in rows))
         merged = {k: v for c in merged if not c.endswith(" spread")
                   for k, v in ((c, merged[c]), (f"{c} spread", merged.get(f"{c} spread"))) if k in merged}
-        merged["repeats"] = f"{len([r for r in rows if any(isinstance(r.get(c), (int, float)) for c in timed)])}/{len(rows)}"
+        got = [r for r in rows if isinstance(r.get(timed[0]), (int, float))] if timed else rows
+        merged["repeats"] = f"{len(got)}/{len(rows)}"
         out.append(merged)
     return out
 

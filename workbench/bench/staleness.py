@@ -73,13 +73,13 @@ TIMED = ["time_to_target_s", "samples_per_s", "updates_per_s"]
 
 def merge(rounds: list) -> list:
     """Medians over rounds per (protocol, straggler), the τ histogram bin by bin."""
+    if len(rounds) == 1:
+        return rounds[0]
     key = lambda r: (r["protocol"], r["straggler"])  # noqa: E731
     hists = {}
     for rows in rounds:
         for r in rows:
             hists.setdefault(key(r), []).append([int(c) for c in r["tau_hist"].split()])
-    if len(rounds) == 1:
-        return rounds[0]
     merged = report.merge_repeats([[{k: v for k, v in r.items() if k not in ("tau_hist", "run")} for r in rows]
                                    for rows in rounds], key, TIMED)
     for r in merged:
