@@ -385,16 +385,9 @@ def network_overrides(bw: str) -> List[str]:
 
 def check_verifiable(bandwidths: Sequence[str]) -> None:
     """--verify with emulated links needs root and iproute2: say so before anything is profiled."""
-    import os
-    import shutil
     if any(b.startswith(EMULATED) for b in bandwidths):
-        if os.geteuid() != 0:
-            raise ConfigError("invalid value 'emulated:…' for --bandwidth with --verify: the emulated network needs "
-                              "root (network namespaces and tc); run as root or verify on loopback")
-        for tool in ("ip", "tc"):
-            if shutil.which(tool) is None:
-                raise ConfigError(f"invalid value 'emulated:…' for --bandwidth with --verify: `{tool}` not found; "
-                                  "install iproute2")
+        from workbench.network import require_host
+        require_host("'emulated:…' for --bandwidth with --verify", "verify on loopback")
 
 
 def verify_variant(v: Variant, root: Path, steps: int = VERIFY_STEPS, skip: int = VERIFY_SKIP,

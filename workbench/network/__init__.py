@@ -55,12 +55,17 @@ def check_config(cfg) -> None:
     if c.nnodes != 1:
         raise ConfigError(f"invalid value {c.nnodes} for cluster.nnodes: network=emulated makes every rank its own "
                           "node; set cluster.nproc to the number of nodes")
+    require_host("'emulated' for network.name", "use network=loopback")
+
+
+def require_host(what: str, instead: str) -> None:
+    """What the emulated network needs of this machine (root, iproute2), or a one-line error about
+    ``what`` (the value and its key) that suggests ``instead``."""
     if os.geteuid() != 0:
-        raise ConfigError("invalid value 'emulated' for network.name: needs root (network namespaces and tc); "
-                          "run as root or use network=loopback")
+        raise ConfigError(f"invalid value {what}: needs root (network namespaces and tc); run as root or {instead}")
     for tool in ("ip", "tc"):
         if shutil.which(tool) is None:
-            raise ConfigError(f"invalid value 'emulated' for network.name: `{tool}` not found; install iproute2")
+            raise ConfigError(f"invalid value {what}: `{tool}` not found; install iproute2")
 
 
 class Network:
