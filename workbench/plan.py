@@ -295,7 +295,7 @@ def simulated(v: Variant, prof: Profile, cl: Cluster) -> dict:
     from workbench.perfmodel import paradigms as P
     from workbench.sim import from_profile, simulate
     o = v.options
-    if cl.shared_host or cl.cores_shared or v.model not in (P.ps_async, P.staleness, P.easgd) or o.get("hardsync") or o.get("sync"):
+    if cl.shares_cores or v.model not in (P.ps_async, P.staleness, P.easgd) or o.get("hardsync") or o.get("sync"):
         return {}
     lam = cl.ranks - o.get("servers", 1)
     if lam < 1:

@@ -118,10 +118,10 @@ def main(argv=None) -> None:
                 report.progress(row(entries[-1], run, probes))
     loaded = [(e, Run(e["run_dir"])) for e in entries]  # each run's summary and records read once
     runs = {(e["model"], e["rate"], e["kind"]): r for e, r in loaded if r.summary.get("status") == "completed"}
+    rounds = max((e.get("round", 0) for e in entries), default=0) + 1
     rows = report.merge_repeats(
         [[row(e, r, probes) for e, r in loaded if e["kind"] != "calibration" and e.get("round", 0) == i]
-         for i in range(max((e.get("round", 0) for e in entries), default=0) + 1)],
-        lambda r: (r["model"], r["bandwidth"], r["run"]), ["samples/s"])
+         for i in range(rounds)], lambda r: (r["model"], r["bandwidth"], r["run"]), ["samples/s"])
 
     crossings, winners = [], []
     for model, (rates, cal_rate) in plan.items():
@@ -152,8 +152,7 @@ def main(argv=None) -> None:
                             "winner": best["run"], "samples/s": best["samples/s"],
                             "stanza / ps": round(by["stanza"] / by["ps"], 2) if by.get("stanza") and by.get("ps") else None,
                             "powersgd / sync": round(by["powersgd"] / by["sync"], 2) if by.get("powersgd") and by.get("sync") else None})
-    cols = ["model", "bandwidth", "link", "run", "samples/s"] + (["samples/s spread", "repeats"] if len(
-        {e.get("round", 0) for e in entries}) > 1 else []) + ["vs sync", "predicted samples/s", "error", "status"]
+    cols = ["model", "bandwidth", "link", "run", "samples/s"] + (["samples/s spread", "repeats"] if rounds > 1 else []) + ["vs sync", "predicted samples/s", "error", "status"]
     tables = [report.Table(f"sweep_N{a.workers}", f"samples/s per paradigm and link rate, N = {a.workers} workers, batch "
                            f"{a.batch} per worker, {a.steps} steps (link: all-reduce bus bandwidth the probe achieved, "
                            "of the rate; predicted: the compression-utility model)", rows, cols),

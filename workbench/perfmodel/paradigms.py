@@ -64,9 +64,14 @@ class Cluster:
     def ar_bw(self) -> float:
         return self.allreduce_bandwidth or self.bandwidth
 
+    @property
+    def shares_cores(self) -> bool:
+        """Every rank computes on this one host's cores (loopback, or emulated links here)."""
+        return self.shared_host or self.cores_shared
+
     def concurrency(self, computing: int) -> int:
         """How many ranks compute at once on one host."""
-        return computing if self.shared_host or self.cores_shared else 1
+        return computing if self.shares_cores else 1
 
 
 @dataclass
@@ -300,7 +305,7 @@ def bmuf(prof: Profile, cl: Cluster, block: int = 8) -> Prediction:
 
 def stanza_inputs(prof: Profile, cl: Cluster, batch: Optional[int] = None) -> st.StanzaInputs:
     s = prof.speedup
-    at = (lambda xs: tuple(v / s for v in xs)) if cl.shared_host or cl.cores_shared else (lambda xs: None)
+    at = (lambda xs: tuple(v / s for v in xs)) if cl.shares_cores else (lambda xs: None)
     return st.StanzaInputs(t_c=prof.t_c(1), t_f=prof.t_f(1), a=prof.boundary, p_c=prof.params_conv,
                            p_f=prof.params_fc, b=batch or prof.batch, beta=cl.bandwidth, alpha=cl.latency,
                            beta_allreduce=cl.allreduce_bandwidth, u=prof.u / s,
