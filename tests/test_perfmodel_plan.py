@@ -85,6 +85,36 @@ def test_sync_on_a_shared_host_pays_concurrency_and_does_not_overlap():
     assert PROF.t_c(8) == pytest.approx(8e-3)
 
 
+def test_synchronous_protocols_on_a_shared_host_wait_for_the_last_rank_asynchronous_ones_do_not():
+    """With the profile's lockstep spans (the last of k ranks' backward) and its collectives timed
+    at their sizes, synchronous paradigms on this host pay the span, a codec slows as the span
+    does, and a collective costs what it measured; free-running paradigms (PS async, BMUF's local
+    steps) keep the mean rate, and other rank counts or hosts keep the α-β line."""
+    import dataclasses
+    from workbench.plan import cluster_for
+    import workbench
+    span = (0.012, 0.03, 0.05, 0.08)
+    small = M // 32
+    prof = dataclasses.replace(PROF, span_at=span, collectives={f"allreduce:float32:{M}": 4e-3,
+                                                                 f"allreduce:float32:{small}": 1e-3})
+    assert prof.sync_compute_s(4) == 0.08 and prof.sync_compute_s(4, batch=20) == pytest.approx(0.16)
+    assert prof.host_slowdown(4) == pytest.approx(0.08 / 0.012) and PROF.host_slowdown(4) == pytest.approx(4)
+    assert prof.collective_s("allreduce", "float32", (M + small) / 2) == pytest.approx(2.5e-3)
+    assert prof.collective_s("allreduce", "float32", 1) == 1e-3 and prof.collective_s("allreduce", "float32", 2 * M) == 8e-3
+    assert prof.collective_s("allgather", "uint8", M) is None
+    cl = cluster_for(workbench.compose([]), prof, 4, "loopback", 5e-5)
+    assert P.sync(prof, cl).step_s == pytest.approx(0.08 + 4e-3 + U)
+    assert P.compressed(prof, cl, "powersgd").step_s == pytest.approx(0.08 + 1e-3 + 1e-3 * 0.08 / 0.012 + U)
+    assert P.ps_sync(prof, cl).terms["compute"] == 0.05  # 3 workers in lockstep
+    assert P.ps_async(prof, cl).terms["compute"] == pytest.approx(10 * (3e-3 + 3e-4))  # the mean rate
+    assert P.bmuf(prof, cl).terms["compute"] == pytest.approx(10 * (4e-3 + 4e-4))
+    assert P.bmuf(prof, cl).terms["allreduce"] == pytest.approx(4e-3 / 8)
+    three = cluster_for(workbench.compose([]), prof, 3, "loopback", 5e-5)  # not the profiled ranks
+    assert P.sync(prof, three).step_s == pytest.approx(0.05 + C.allreduce_time(M, 3, PROF.beta_allreduce, PROF.alpha) + U)
+    # on a network (one rank per host) nothing changes
+    assert P.sync(prof, net(4)).step_s == P.sync(PROF, net(4)).step_s
+
+
 def test_emulated_links_here_share_the_cores_add_the_shaper_and_overlap():
     """emulated:<rate>: this host's ranks (compute at concurrency p) behind shaped links; a byte costs
     the host's loopback time plus the shaper's 8/rate, and the transfer hides behind backward."""

@@ -78,6 +78,9 @@ def test_easgd_exchanges_every_period():
     # w0 again at 3.5 + 3 = 6.5 (served to 7), w1 at 4 + 3 = 7 (served to 7.5); the DONE headers are 32 ns.
     assert r["exchanges"] == 4 and r["elapsed_s"] == pytest.approx(7.5)
     assert "mean_staleness" not in r
+    # a worker's step is a local step, not a period (it was the period times the period): w0 is
+    # done first, at 7, when 3 exchanges have been served (w0's first at 3.5, w1's at 4, w0's second at 7)
+    assert r["step_s"] == pytest.approx(2 * 7 / (3 * 2))
 
 
 def test_the_simulator_runs_the_real_protocol():

@@ -68,6 +68,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 from dataclasses import dataclass
@@ -288,14 +289,14 @@ SIM_GRADIENTS = 20000  # pushes simulated per asynchronous variant (20 to 200 st
 
 
 def simulated(v: Variant, prof: Profile, cl: Cluster) -> dict:
-    """The asynchronous paradigms on a link, one rank per host (``ps/async``, ``staleness/n=…``,
-    ``easgd/async``; loopback and ``emulated:`` rows share this host's cores and stay analytic) by the
-    discrete-event simulator (:mod:`workbench.sim`, the real protocol code in simulated time): its
+    """The asynchronous paradigms (``ps/async``, ``staleness/n=…``, ``easgd/async``) on a link, one
+    rank per host, and on loopback, every process on this host's cores (``emulated:`` rows stay
+    analytic: their links are the shaper's, not the cores') by the discrete-event simulator (:mod:`workbench.sim`, the real protocol code in simulated time): its
     step time, samples/s and staleness replace the analytic bound. {} for every other paradigm."""
     from workbench.perfmodel import paradigms as P
     from workbench.sim import from_profile, simulate
     o = v.options
-    if cl.shares_cores or v.model not in (P.ps_async, P.staleness, P.easgd) or o.get("hardsync") or o.get("sync"):
+    if cl.cores_shared or v.model not in (P.ps_async, P.staleness, P.easgd) or o.get("hardsync") or o.get("sync"):
         return {}
     lam = cl.ranks - o.get("servers", 1)
     if lam < 1:
@@ -308,6 +309,10 @@ def simulated(v: Variant, prof: Profile, cl: Cluster) -> dict:
     elif v.model is P.staleness:
         kw.update(n=o["n"], max_staleness=t.get("max_staleness"), on_stale=t.get("on_stale", "block"),
                   lr_modulation=t.get("lr_modulation", "none"))
+    if cl.shared_host:
+        # Loopback: the workers, the server and every copy between them run on this host's cores,
+        # the simulator's processor-sharing pool (host_cores), each fed one rank's compute alone.
+        kw["host_cores"] = int(prof.machine.get("cores") or os.cpu_count() or 1)
     r = simulate(from_profile(prof, lam, cl.bandwidth, cl.latency, **kw))
     out = {"simulated": True, "predicted_step_s": r["step_s"], "predicted_samples_per_s": r["samples_per_s"],
            "server_utilisation": r["server_utilisation"]}

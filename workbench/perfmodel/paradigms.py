@@ -101,9 +101,13 @@ def _dominant(terms: Dict[str, float], kinds: Dict[str, str]) -> str:
     return max(total, key=total.get) if total else "compute"
 
 
-def _worker_compute(prof: Profile, cl: Cluster, workers: int, batch: Optional[int] = None) -> List[float]:
-    """Each worker's forward+backward seconds, stragglers included."""
-    base = prof.compute_s(cl.concurrency(workers), batch)
+def _worker_compute(prof: Profile, cl: Cluster, workers: int, batch: Optional[int] = None,
+                    lockstep: bool = False) -> List[float]:
+    """Each worker's forward+backward seconds, stragglers included. ``lockstep``: a synchronous
+    protocol, which on a shared host waits for the last rank the scheduler gets to
+    (``Profile.sync_compute_s``), not for the mean rank."""
+    k = cl.concurrency(workers)
+    base = prof.sync_compute_s(k, batch) if lockstep and cl.shares_cores else prof.compute_s(k, batch)
     out = [base] * workers
     for i, factor, delay in cl.stragglers:
         if 0 <= i < workers:
@@ -124,25 +128,37 @@ def _bucket_comm(prof: Profile, cl: Cluster, codec: Optional[dict]) -> Tuple[Lis
         t = 0.0
         for m in sent:
             cat = by.setdefault(m["category"], _cat())
+            here = _measured(prof, cl, m["collective"], m.get("dtype", "float32"), m["bytes"])
             if m["collective"] == "allreduce":
-                t += C.allreduce_time(m["bytes"], p, cl.ar_bw, cl.latency)
+                t += C.allreduce_time(m["bytes"], p, cl.ar_bw, cl.latency) if here is None else here
                 n = C.allreduce_bytes(m["bytes"], p)
                 cat["sent"] += n
                 cat["recv"] += n
             else:  # the hook's all-gather of unequal lengths: sizes first, then the padded payloads
-                t += C.allgather_time(m["bytes"] + 8, p, cl.bandwidth, cl.latency, messages=2)
+                t += C.allgather_time(m["bytes"] + 8, p, cl.bandwidth, cl.latency, messages=2) if here is None else here
                 cat["sent"] += C.allgather_varlen_bytes(m["bytes"], p)
                 cat["recv"] += C.allgather_varlen_bytes(m["bytes"], p)
         comm.append(t)
-        codec_s.append(codec["codec_s"][i] / prof.speedup if codec is not None else 0.0)
+        # host work on every rank at once: on a shared host it slows as the compute does
+        slow = prof.host_slowdown(p) if cl.shares_cores else 1.0
+        codec_s.append(codec["codec_s"][i] * slow / prof.speedup if codec is not None else 0.0)
     return comm, codec_s, by
+
+
+def _measured(prof: Profile, cl: Cluster, collective: str, dtype: str, nbytes: float) -> Optional[float]:
+    """The profile's own timing of this collective when the row is the host it was measured on
+    (loopback, the profiled rank count): there a ring's cost is the scheduler's, not an α-β line's
+    (docs/planner.md)."""
+    if not cl.shared_host or cl.ranks != prof.ranks:
+        return None
+    return prof.collective_s(collective, dtype, nbytes)
 
 
 def _dp(prof: Profile, cl: Cluster, codec: Optional[dict]) -> Prediction:
     p = cl.ranks
     if p < 1:
         raise ValueError(f"data parallelism needs ranks >= 1, got {p}")
-    comp = max(_worker_compute(prof, cl, p))
+    comp = max(_worker_compute(prof, cl, p, lockstep=True))
     fwd, bwd = prof.fwd_share * comp, (1 - prof.fwd_share) * comp
     comm, codec_s, by = _bucket_comm(prof, cl, codec)
     upd = prof.update_s()
@@ -211,7 +227,7 @@ def ps_sync(prof: Profile, cl: Cluster, servers: int = 1) -> Prediction:
     w = cl.ranks - servers
     if w < 1:
         raise ValueError(f"a parameter server with {servers} servers needs more than {servers} ranks, got {cl.ranks}")
-    comp = max(_worker_compute(prof, cl, w))
+    comp = max(_worker_compute(prof, cl, w, lockstep=True))
     xfer = 2 * C.ps_transfer_time(prof.model_bytes, w, servers, cl.bandwidth, cl.latency)
     apply = prof.update_s() / servers
     step = comp + xfer + apply
@@ -279,7 +295,7 @@ def easgd(prof: Profile, cl: Cluster, servers: int = 1, period: int = 4, sync: b
     elastic = prof.update_s() / servers  # x̃ += α(x_i − x̃): about one optimizer pass over the shard
     if not sync:
         return _async(prof, cl, w, servers, period, True, elastic, by)
-    comp = max(_worker_compute(prof, cl, w))
+    comp = max(_worker_compute(prof, cl, w, lockstep=True))
     xfer = 2 * C.ps_transfer_time(prof.model_bytes, w, servers, cl.bandwidth, cl.latency)
     step = comp + prof.update_s() + (xfer + elastic) / period
     terms = {"compute": comp + prof.update_s(), "exchange": xfer / period, "server_apply": elastic / period}
@@ -292,7 +308,8 @@ def bmuf(prof: Profile, cl: Cluster, block: int = 8) -> Prediction:
     p = cl.ranks
     comp = max(_worker_compute(prof, cl, p))
     upd = prof.update_s()
-    ar = C.allreduce_time(prof.model_bytes, p, cl.ar_bw, cl.latency)
+    ar = _measured(prof, cl, "allreduce", "float32", prof.model_bytes)
+    ar = C.allreduce_time(prof.model_bytes, p, cl.ar_bw, cl.latency) if ar is None else ar
     step = comp + upd + (ar + upd) / block  # the block update touches every parameter about once
     n = C.allreduce_bytes(prof.model_bytes, p) / block
     terms = {"compute": comp, "update": upd + upd / block, "allreduce": ar / block}

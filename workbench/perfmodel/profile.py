@@ -33,7 +33,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from workbench.perfmodel.stanza import StanzaInputs
 
-PROFILE_VERSION = 1
+PROFILE_VERSION = 2  # 2: free-running levels, lockstep spans, the all-reduce after a backward
 
 
 def _median_time(fn, steps: int, device, warmup: bool = True) -> float:
@@ -61,7 +61,7 @@ def measure_ranks(model, spec, b: int, meter, device, comm_device, steps: int,
     all-reduce bandwidth from all ranks. The model's weights, buffers and the RNG are restored
     afterwards, so a profiled run trains exactly like an unprofiled one. All traffic is metered as
     ``profile``. Returns ``t_c_at``, ``t_f_at`` (s/sample), ``u`` (s/parameter), ``alpha`` (s),
-    ``beta``, ``beta_allreduce`` (bytes/s)."""
+    ``beta``, ``beta_allreduce`` (bytes/s), and :func:`lockstep`'s ``span_at`` (s/batch)."""
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -83,12 +83,23 @@ def measure_ranks(model, spec, b: int, meter, device, comm_device, steps: int,
 
     conv()  # warm-up, once: the levels below are timed without one
     fc()
+    # Free-running levels: the k ranks each run back-to-back calls after one common start, so
+    # their work overlaps as asynchronous workers' does (single timed calls of a few ms do not
+    # overlap: each rank runs in its own scheduler slot, and the level came out near one rank alone).
+    # At least 0.2 s of calls per level, the same count on every rank (all overlap to the end).
+    counts = torch.tensor([max(steps, min(50, int(0.2 / max(_median_time(fn, 1, device), 1e-6)))) for fn in (conv, fc)],
+                          dtype=torch.float64, device=comm_device)
+    meter.all_reduce(counts, "profile", op=dist.ReduceOp.MAX)
+    counts = [int(c) for c in counts.cpu().tolist()]
     levels = torch.zeros(2 * world, dtype=torch.float64)
     for k in range(1, world + 1):
         for j, fn in enumerate((conv, fc)):
             meter.barrier("profile")
             if rank < k:
-                levels[j * world + k - 1] = _median_time(fn, steps, device, warmup=False) / b
+                t0 = time.perf_counter()
+                for _ in range(counts[j]):
+                    fn()
+                levels[j * world + k - 1] = (time.perf_counter() - t0) / counts[j] / b
     meter.barrier("profile")
     levels = meter.all_reduce(levels.to(comm_device), "profile").cpu() / torch.arange(1, world + 1).repeat(2)
     t_c_at, t_f_at = tuple(levels[:world].tolist()), tuple(levels[world:].tolist())
@@ -96,12 +107,10 @@ def measure_ranks(model, spec, b: int, meter, device, comm_device, steps: int,
     opt = make_optimizer(params)
     u = _median_time(opt.step, steps, device) / sum(p.numel() for p in params)
     model.zero_grad(set_to_none=True)
-    model.load_state_dict(saved)
-    torch.random.set_rng_state(rng)
-    del opt, saved
+    del opt
 
     peer = world - 1
-    reps = max(steps, 5)  # transfers are cheap to repeat, and noisier than compute
+    reps = max(steps, 9)  # transfers are cheap to repeat, and noisier than compute
     meter.barrier("profile")
 
     def ping_pong(t) -> float:
@@ -116,10 +125,13 @@ def measure_ranks(model, spec, b: int, meter, device, comm_device, steps: int,
                 meter.send(t, 0, "profile")
             if i:
                 rtts.append(time.perf_counter() - t0)
-        return statistics.median(rtts)
+        return min(rtts)
 
     # Latency from a one-float round trip; bandwidth from the slope between it and a message of at
     # least 4 MB (one CONV worker's activations, if larger), so the latency noise cannot swamp it.
+    # Both are the link's floor, the fastest round trip: with more ranks than cores the median
+    # round trip is the time a descheduled peer takes to run again (1.7 ms here, against a 65 µs
+    # floor), host contention the compute levels already carry.
     rtt_small = ping_pong(torch.zeros(1, device=comm_device))
     big = torch.zeros(max(a * b, 1 << 20), device=comm_device)
     rtt_big = ping_pong(big)
@@ -137,8 +149,73 @@ def measure_ranks(model, spec, b: int, meter, device, comm_device, steps: int,
                        dtype=torch.float64, device=comm_device)
     meter.all_reduce(own, "profile")
     v = own.cpu().tolist()
+    span_at = lockstep(model, x, y, meter, device, comm_device, steps)
+    model.zero_grad(set_to_none=True)
+    model.load_state_dict(saved)  # batch-norm statistics and dropout's RNG as they were
+    torch.random.set_rng_state(rng)
     return {"t_c_at": t_c_at, "t_f_at": t_f_at, "u": v[0] / world, "alpha": v[1], "beta": v[2],
-            "beta_allreduce": v[3] / world}
+            "beta_allreduce": v[3] / world, "span_at": span_at}
+
+
+def lockstep(model, x, y, meter, device, comm_device, min_reps: int) -> Tuple[float, ...]:
+    """What a synchronous step's compute costs when every rank must finish before any goes on,
+    measured as it happens in one: ``span_at[k]``, with ranks 0..k−1 released together, the
+    seconds from the first release to the *last* rank's end of zero_grad + forward + backward of
+    one batch (the slowest worker sets the pace: on an oversubscribed host that is whichever rank
+    the scheduler left waiting, about 2× one rank alone for 3 ranks on 2 cores where the mean
+    rate is 1.5×). One host, one monotonic clock, so the ranks' timestamps compare. Medians over
+    at least ``min_reps`` releases and 0.3 s of compute per level."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    rank, world = dist.get_rank(), dist.get_world_size()
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+
+    def span(k: int) -> float:
+        meter.barrier("profile")
+        t0 = t1 = 0.0
+        if rank < k:
+            t0 = time.perf_counter()
+            step()
+            t1 = time.perf_counter()
+        # first release, last end (the max of −t0 is −min t0)
+        ts = torch.tensor([-t0 if rank < k else -float("inf"), t1], dtype=torch.float64, device=comm_device)
+        meter.all_reduce(ts, "profile", op=dist.ReduceOp.MAX)
+        a, b_ = ts.cpu().tolist()
+        return b_ + a
+
+    one = _median_time(step, 3, device)
+    reps = max(min_reps, min(30, int(0.3 / max(one, 1e-6))))
+    return tuple(statistics.median(span(k) for _ in range(reps)) for k in range(1, world + 1))
+
+
+def measure_collectives(items, meter, comm_device, reps: int = 9) -> Dict[str, float]:
+    """Seconds of each collective at the sizes and dtypes a run will issue, every rank taking part
+    (``items``: (collective, dtype, bytes), the same list on every rank), as ``"<collective>:<dtype>:<bytes>"``
+    -> rank 0's median from a common release. On a host whose ranks outnumber its cores, a ring's
+    2(p−1) stages each wait for a rank the scheduler may have parked, so the cost is far from linear
+    in size (3 ranks on 2 cores here: 16 KB took 2–3 ms, 4 bytes 0.5 ms, 2 MB 3 ms): the model
+    looks these up for loopback rows instead of an α-β line through two sizes."""
+    import torch
+    out: Dict[str, float] = {}
+    for coll, dtype, nbytes in items:
+        dt = getattr(torch, dtype)
+        t = torch.zeros(max(1, int(nbytes) // torch.tensor([], dtype=dt).element_size()), dtype=dt, device=comm_device)
+        times = []
+        for i in range(reps + 1):
+            meter.barrier("profile")
+            t0 = time.perf_counter()
+            if coll == "allreduce":
+                meter.all_reduce(t, "profile")
+            else:
+                meter.all_gather_varlen(t, "profile")
+            if i:
+                times.append(time.perf_counter() - t0)
+        out[f"{coll}:{dtype}:{int(nbytes)}"] = statistics.median(times)
+    return out
 
 
 def boundary_floats(model, spec, device) -> int:
@@ -186,6 +263,8 @@ class Profile:
     param_shapes: List[Tuple[int, ...]]
     bucket_cap_mb: float
     buckets: List[dict]  # DDP buckets after the rebuild: {"numel", "shapes"}
+    span_at: Tuple[float, ...] = ()  # s per batch from a common start to the last of k ranks' backward (lockstep)
+    collectives: Dict[str, float] = field(default_factory=dict)  # "<collective>:<dtype>:<bytes>" -> s, measured here
     codecs: Dict[str, dict] = field(default_factory=dict)  # compressor -> {"payloads": [[{collective, bytes, category}...] per bucket], "codec_s": [...]}
     machine: dict = field(default_factory=dict)  # where and how it was measured
     speedup: float = 1.0  # compute divided by this (planning for faster hardware)
@@ -212,6 +291,33 @@ class Profile:
         """Forward+backward seconds of one worker's batch with k ranks computing at once."""
         return (batch or self.batch) * (self.t_c(k) + self.t_f(k))
 
+    def sync_compute_s(self, k: int = 1, batch: Optional[int] = None) -> float:
+        """Forward+backward of one batch as a synchronous step pays it with k ranks on one host:
+        until the *last* of them is done (``span_at``; without it, :meth:`compute_s`)."""
+        if not self.span_at:
+            return self.compute_s(k, batch)
+        return _at(self.span_at, k) * (batch or self.batch) / self.batch / self.speedup
+
+    def host_slowdown(self, k: int) -> float:
+        """How much longer host work takes on every rank at once, k ranks on one host, than on one
+        rank alone (a codec in DDP's hook runs on every rank in the same phase of the step)."""
+        if not self.span_at:
+            return self.compute_s(k) / self.compute_s(1)
+        return _at(self.span_at, k) / self.span_at[0]
+
+    def collective_s(self, collective: str, dtype: str, nbytes: float) -> Optional[float]:
+        """The measured seconds of ``collective`` of ``nbytes`` in ``dtype`` with every profiled rank
+        on this host (:func:`measure_collectives`), linear between measured sizes, the smallest's
+        below them, scaled by size above; None if none of that collective and dtype was measured."""
+        pts = sorted((int(k.split(":")[2]), v) for k, v in self.collectives.items()
+                     if k.startswith(f"{collective}:{dtype}:"))
+        if not pts:
+            return None
+        for (n0, t0), (n1, t1) in zip(pts, pts[1:]):
+            if n0 <= nbytes <= n1:
+                return t0 + (t1 - t0) * (nbytes - n0) / max(n1 - n0, 1)
+        return pts[0][1] if nbytes < pts[0][0] else pts[-1][1] * nbytes / pts[-1][0]
+
     def update_s(self, params: Optional[int] = None) -> float:
         return self.u * (self.params if params is None else params) / self.speedup
 
@@ -230,6 +336,7 @@ class Profile:
         d = {k: v for k, v in d.items() if k in names}
         d["input_shape"] = tuple(d["input_shape"])
         d["t_c_at"], d["t_f_at"] = tuple(d["t_c_at"]), tuple(d["t_f_at"])
+        d["span_at"] = tuple(d.get("span_at", ()))
         d["param_shapes"] = [tuple(s) for s in d["param_shapes"]]
         return cls(**d)
 
@@ -355,10 +462,22 @@ def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, steps
             tf, tb = _median_time(fwd, steps, cpu), _median_time(both, steps, cpu)
             share = min(0.9, max(0.05, tf / tb)) if tb > 0 else share
             codecs = codec_fn(buckets, compressors, world) if codec_fn is not None and compressors else {}
+        # every collective a run of these paradigms issues, at its size and dtype: DDP's buckets, a
+        # flat model (BMUF, local SGD), each codec's payloads
+        items = [None]
+        if rank == 0:
+            found = {("allreduce", "float32", 4 * bk["numel"]) for bk in buckets}
+            found.add(("allreduce", "float32", 4 * sum(p.numel() for p in model.parameters())))
+            for c in codecs.values():
+                found |= {(m["collective"], m.get("dtype", "float32"), m["bytes"]) for ms in c["payloads"] for m in ms}
+            items = [sorted(found)]
+        dist.broadcast_object_list(items, src=0)
+        colls = measure_collectives(items[0], meter, cpu) if world > 1 else {}
         dist.barrier()
         if rank == 0:
             counts = model.param_counts()
             queue.put({**m, "fwd_share": share, "buckets": buckets, "codecs": codecs, "bucket_cap_mb": cap,
+                       "collectives": colls,
                        "boundary": model.boundary_size(spec), "params_conv": counts["features"],
                        "params_fc": counts["classifier"], "param_shapes": [tuple(p.shape) for p in model.parameters()],
                        "threads": torch.get_num_threads()})
@@ -400,6 +519,7 @@ def measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, st
     return Profile(model=key["model"], data=str(cfg.data.name), input_shape=key["input_shape"], batch=key["batch"],
                    ranks=ranks, t_c_at=tuple(res["t_c_at"]), t_f_at=tuple(res["t_f_at"]), fwd_share=res["fwd_share"],
                    u=res["u"], alpha=res["alpha"], beta=res["beta"], beta_allreduce=res["beta_allreduce"],
+                   span_at=tuple(res["span_at"]), collectives=res["collectives"],
                    boundary=res["boundary"], params_conv=res["params_conv"], params_fc=res["params_fc"],
                    param_shapes=[tuple(s) for s in res["param_shapes"]], bucket_cap_mb=res["bucket_cap_mb"],
                    buckets=[{"numel": b["numel"], "shapes": [list(s) for s in b["shapes"]]} for b in res["buckets"]],

@@ -293,7 +293,7 @@ def simulate(spec: SimSpec, record: bool = False, max_wall_s: Optional[float] = 
     out = {"paradigm": spec.label, "protocol": spec.protocol, "workers": lam, "servers": S, "n": spec.n_eff,
            "c": spec.c if not easgd else None, "steps": rounds * per, "elapsed_s": end,
            # throughput until the first worker is done: after that a straggler's tail runs alone
-           "step_s": lam * per * first[0][0] / first[0][1],
+           "step_s": lam * first[0][0] / (first[0][1] * per) if first[0][1] else math.inf,  # per local step
            "samples_per_s": first[0][1] * per * spec.batch / first[0][0] if first[0][0] > 0 else math.inf,
            "gradients": grads if not easgd else 0, "exchanges": grads,
            "server_utilisation": sum(busy) / (S * end) if end > 0 else 0.0,
