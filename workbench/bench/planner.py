@@ -57,9 +57,9 @@ def main(argv=None) -> None:
                    "predicted B/step": round(r["predicted_bytes_per_step"]),
                    "measured B/step": round(r["measured_bytes_per_step"]) if "measured_bytes_per_step" in r else None,
                    "bytes": "exact" if r.get("bytes_error") == 0 else (f"{100 * r['bytes_error']:+.3f} %" if "bytes_error" in r else ""),
-                   "bottleneck": r["bottleneck"], "_err": r.get("error")}
+                   "bottleneck": r["bottleneck"], "_err": r.get("error"), "_noise": r.get("noise")}
             rows.append(row)
-            report.progress({k: v for k, v in row.items() if k != "_err"})
+            report.progress({k: v for k, v in row.items() if not k.startswith("_")})
     errs = sorted(abs(r["_err"]) for r in rows if r["_err"] is not None)
     notes = ""
     if errs:
@@ -67,6 +67,11 @@ def main(argv=None) -> None:
         notes = (f"Step time |error| over {len(errs)} runs: median {100 * statistics.median(errs):.1f} %, "
                  f"90th percentile {100 * p90:.1f} % (target: 10 % and 20 %). Bytes exact in "
                  f"{sum(r['bytes'] == 'exact' for r in rows)}/{len(rows)} rows.")
+        noise = [r["_noise"] for r in rows if r.get("_noise") is not None]
+        if noise:
+            # what the measurement itself resolves: a model cannot be shown closer than its target's spread
+            notes += (f" The measurement's own spread, (max − min) / median of a row's {a.repeats} rounds: median "
+                      f"{100 * statistics.median(noise):.0f} %, largest {100 * max(noise):.0f} %.")
     cols = ["model", "paradigm", "bandwidth", "N", "predicted ms", "measured ms"] + (
         ["spread ms", "repeats"] if a.repeats > 1 else []) + ["error", "predicted B/step", "measured B/step",
                                                               "bytes", "bottleneck"]
@@ -75,7 +80,10 @@ def main(argv=None) -> None:
                      + (f", medians of {a.repeats} interleaved rounds (spread: min–max)" if a.repeats > 1 else ""),
                      rows, cols)
     cmd = ("python -m workbench.bench planner " + " ".join(argv if argv is not None else [])).strip()
-    path = report.write("planner", "Planner: model vs measured", cmd, [t], notes=notes, out_root=a.out,
+    # one section per model set, so a second command (another model) adds its table, not replaces
+    name = ("" if a.models == ",".join(MODELS) else f", {a.models}") + ("" if a.bandwidths == "loopback" else f", {a.bandwidths}")
+    path = report.write("planner" + name.replace(", ", "-").replace(",", "-").replace(":", ""), "Planner: model vs measured" + name,
+                        cmd, [t], notes=notes, out_root=a.out,
                         benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
     print(f"\n{t.markdown()}\n\n{notes}\n\nreport: {path / 'report.html'}")
 
@@ -91,10 +99,18 @@ def merged(rounds: list) -> list:
     ms = lambda r: {"measured_step_ms": 1e3 * r["measured_step_s"]} if "measured_step_s" in r else {}  # noqa: E731
     rows = report.merge_repeats([[{**{k: r[k] for k in keep if k in r}, **ms(r)} for r in rs] for rs in rounds],
                                 lambda r: (r["paradigm"], r["bandwidth"]), ["measured_step_ms"])
+    raw: dict = {}
+    for rs in rounds:
+        for r in rs:
+            if "measured_step_s" in r:
+                raw.setdefault((r["paradigm"], r["bandwidth"]), []).append(r["measured_step_s"])
     for r in rows:
         if r.get("measured_step_ms"):
             r["measured_step_s"] = r["measured_step_ms"] / 1e3
             r["error"] = r["predicted_step_s"] / r["measured_step_s"] - 1
+            vals = raw.get((r["paradigm"], r["bandwidth"]), [])
+            if len(vals) > 1:  # (max − min) / median of the rounds: what the measurement itself resolves
+                r["noise"] = (max(vals) - min(vals)) / r["measured_step_s"]
     return rows
 
 
