@@ -97,3 +97,11 @@ def test_run_with_a_huge_learning_rate_diverged(tmp_path):
     assert "verdict: diverged" in p.stderr and "optim.lr=100" in p.stderr
     s = json.loads(next(tmp_path.rglob("summary.json")).read_text())
     assert s["status"] == "diverged" and s["verdict"] == "diverged"
+
+
+def test_a_run_with_nothing_recorded_did_not_learn():
+    """A launch that failed before step 1 (or after one step, without an evaluation) has no evidence
+    of learning; it was once called 'learned' because 'the loss fell'."""
+    assert judge([], [], 10) == ("did_not_learn", "no training steps recorded and no evaluation")
+    assert judge([2.3], [], 10)[0] == "did_not_learn"
+    assert judge([2.3, 1.0], [], 10)[0] == "learned"

@@ -6,7 +6,8 @@
   or more from its best (collapse), or the smoothed training loss climbed back to at least twice
   its lowest value so far and ``SPIKE_NATS`` above it (a spike).
 - ``did_not_learn``: the final test accuracy is within ``MARGIN`` of chance (1 / classes), or the
-  training loss at the end is not below its start.
+  training loss at the end is not below its start, or there is nothing to judge (no evaluation and
+  fewer than two training steps: a run that failed before it trained).
 - ``learned``: none of the above.
 
 Collapse is checked before chance, so a run that reached 78 % and fell back to 10 % is called
@@ -61,6 +62,8 @@ def judge(losses: Sequence[float], accuracies: Sequence[float], num_classes: Opt
             low = min(low, m)
     if accs:
         return "learned", f"final test accuracy {accs[-1]:.1%}" + (f" (chance {chance:.0%})" if chance else "")
+    if len(losses) < 2:  # a run that failed before it trained: no evidence that it learned
+        return "did_not_learn", f"{len(losses) or 'no'} training step{'' if len(losses) == 1 else 's'} recorded and no evaluation"
     return "learned", "training loss fell"
 
 

@@ -50,7 +50,10 @@ ALL = [
     ("stanza", ["--model", "alexnet", "--nproc", "5", "--repeats", "3"]),
     ("compression", ["--models", "resnet18", "--repeats", "3"]),
     ("compression", ["--models", "vgg16", "--repeats", "3"]),
-    ("planner", ["--bandwidths", "loopback,emulated:50mbit,emulated:200mbit,emulated:1gbit", "--repeats", "3"]),  # root
+    ("planner", ["--models", "small_cnn", "--repeats", "3"]),  # communication-bound: steps of ms
+    ("planner", ["--models", "resnet18", "--repeats", "3"]),  # compute-bound: steps of a second
+    ("planner", ["--models", "small_cnn", "--bandwidths", "emulated:50mbit,emulated:200mbit,emulated:1gbit",
+                 "--repeats", "3"]),  # root: emulated links
     ("sim", []),
     ("bandwidth", ["--repeats", "3"]),  # root: emulated links
 ]

@@ -33,7 +33,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from workbench.perfmodel.stanza import StanzaInputs
 
-PROFILE_VERSION = 2  # 2: free-running levels, lockstep spans, the all-reduce after a backward
+PROFILE_VERSION = 2  # 2: free-running levels, lockstep spans, collectives timed at their sizes, α the floor
 
 
 def _median_time(fn, steps: int, device, warmup: bool = True) -> float:
@@ -52,7 +52,7 @@ def _median_time(fn, steps: int, device, warmup: bool = True) -> float:
 
 
 def measure_ranks(model, spec, b: int, meter, device, comm_device, steps: int,
-                  make_optimizer: Callable) -> dict:
+                  make_optimizer: Callable, spans: bool = True) -> dict:
     """Measure compute, optimizer and link costs with every rank of the current group taking part.
 
     Compute times are measured at every concurrency k = 1..N (ranks 0..k-1 compute at once, the
@@ -61,7 +61,7 @@ def measure_ranks(model, spec, b: int, meter, device, comm_device, steps: int,
     all-reduce bandwidth from all ranks. The model's weights, buffers and the RNG are restored
     afterwards, so a profiled run trains exactly like an unprofiled one. All traffic is metered as
     ``profile``. Returns ``t_c_at``, ``t_f_at`` (s/sample), ``u`` (s/parameter), ``alpha`` (s),
-    ``beta``, ``beta_allreduce`` (bytes/s), and :func:`lockstep`'s ``span_at`` (s/batch)."""
+    ``beta``, ``beta_allreduce`` (bytes/s), and with ``spans`` :func:`lockstep`'s ``span_at`` (s/batch)."""
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -149,7 +149,7 @@ def measure_ranks(model, spec, b: int, meter, device, comm_device, steps: int,
                        dtype=torch.float64, device=comm_device)
     meter.all_reduce(own, "profile")
     v = own.cpu().tolist()
-    span_at = lockstep(model, x, y, meter, device, comm_device, steps)
+    span_at = lockstep(model, x, y, meter, device, comm_device, steps) if spans else ()
     model.zero_grad(set_to_none=True)
     model.load_state_dict(saved)  # batch-norm statistics and dropout's RNG as they were
     torch.random.set_rng_state(rng)
@@ -233,7 +233,7 @@ def stanza_inputs(model, spec, b: int, a: int, meter, device, comm_device, steps
     """:class:`~workbench.perfmodel.stanza.StanzaInputs` of ``model`` at CONV batch ``b`` and ``a``
     boundary floats, measured by :func:`measure_ranks` with every rank of the group taking part
     (what ``trainer=stanza`` profiles before it picks n_f)."""
-    m = measure_ranks(model, spec, b, meter, device, comm_device, steps, make_optimizer)
+    m = measure_ranks(model, spec, b, meter, device, comm_device, steps, make_optimizer, spans=False)
     counts = model.param_counts()
     return StanzaInputs(t_c=m["t_c_at"][-1], t_f=m["t_f_at"][-1], a=a, p_c=counts["features"],
                         p_f=counts["classifier"], b=b, beta=m["beta"], alpha=m["alpha"],

@@ -29,8 +29,9 @@ workers; CONV worker c sends to FC worker n_c + (c mod n_f). One BSP step:
 The loss is scaled by the global batch on the FC side and gradients are *summed* on both sides, so
 after k steps the parameters equal single-process SGD on the global batch (tests/test_stanza.py).
 
-``trainer.fc_workers=auto`` profiles every rank for ``trainer.profile_steps`` iterations (conv and
-FC compute per sample, optimizer time, point-to-point latency and bandwidth, all-reduce bandwidth),
+``trainer.fc_workers=auto`` profiles every rank for ``trainer.profile_steps`` iterations, and at
+least 0.2 s of back-to-back compute per concurrency level (conv and FC compute per sample, optimizer
+time, point-to-point latency and bandwidth, all-reduce bandwidth),
 feeds :mod:`workbench.perfmodel.stanza`, picks the n_f with the highest predicted throughput, logs
 the prediction (metrics.jsonl record ``kind: stanza_allocation``, and the rank logs) and reports
 predicted next to measured throughput in ``summary.json`` under ``stanza``.
