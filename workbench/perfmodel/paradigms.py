@@ -9,8 +9,11 @@ parts (F = fwd_share·C), U = u·P the optimizer over P parameters, M = 4P the m
 AR(n, p) / AG(n, p) / PS(n, W, S) the collective times of :mod:`workbench.perfmodel.collectives`.
 
 - ``sync`` (DDP): T = F + max(B, Σ_i AR(bucket_i, p)) + U on a network (the bucketed all-reduce
-  hides behind backward); T = C_p + Σ_i AR(bucket_i, p) + U when every rank shares this host,
-  because there the transfer and the backward compete for the same cores (docs/planner.md).
+  hides behind backward); T = S_p + Σ_i AR_here(bucket_i) + U when every rank shares this host,
+  because there the transfer and the backward compete for the same cores, the step waits for the
+  last rank the scheduler gets to (S_p, ``Profile.sync_compute_s``; so do ``ps/sync``, the
+  compressors and BMUF's block), and a collective costs what the profile timed at its size
+  (``Profile.collective_s``), not an α-β line (docs/planner.md).
 - ``compressed/<c>``: as ``sync`` with each bucket's payloads and the codec's encode+decode time
   (measured per bucket), which is host work and never hides.
 - ``ps/sync`` (hardsync), W = ranks − S workers: T = C_W + 2·PS(M, W, S) + U/S (the slowest worker
@@ -306,7 +309,10 @@ def easgd(prof: Profile, cl: Cluster, servers: int = 1, period: int = 4, sync: b
 def bmuf(prof: Profile, cl: Cluster, block: int = 8) -> Prediction:
     """BMUF and local SGD: local steps, one all-reduce of the flat model per block."""
     p = cl.ranks
-    comp = max(_worker_compute(prof, cl, p))
+    # The block all-reduce waits for the slowest rank's `block` local steps; on a shared host the
+    # scheduler's unfairness can outlast a block of a few steps (BMUF's 8 small-CNN steps measured
+    # 7.2–11.8 ms per step against the mean rank's 6.7), so the ranks pay the lockstep span, as `sync` does.
+    comp = max(_worker_compute(prof, cl, p, lockstep=True))
     upd = prof.update_s()
     ar = _measured(prof, cl, "allreduce", "float32", prof.model_bytes)
     ar = C.allreduce_time(prof.model_bytes, p, cl.ar_bw, cl.latency) if ar is None else ar
