@@ -125,36 +125,39 @@ def _bucket_comm(prof: Profile, cl: Cluster, codec: Optional[dict]) -> Tuple[Lis
     """Per bucket: communication seconds and codec seconds; and the bytes by category."""
     p = cl.ranks
     comm, codec_s, by = [], [], {}
+    # host work on every rank at once: on a shared host it slows as the compute does
+    slow = prof.host_slowdown(p) if cl.shares_cores else 1.0
     for i, bk in enumerate(prof.buckets):
         sent = [{"collective": "allreduce", "bytes": 4 * bk["numel"], "category": "allreduce"}] if codec is None \
             else codec["payloads"][i]
         t = 0.0
         for m in sent:
             cat = by.setdefault(m["category"], _cat())
-            here = _measured(prof, cl, m["collective"], m.get("dtype", "float32"), m["bytes"])
+            t += _collective_s(prof, cl, m["collective"], m.get("dtype", "float32"), m["bytes"])
             if m["collective"] == "allreduce":
-                t += C.allreduce_time(m["bytes"], p, cl.ar_bw, cl.latency) if here is None else here
                 n = C.allreduce_bytes(m["bytes"], p)
                 cat["sent"] += n
                 cat["recv"] += n
-            else:  # the hook's all-gather of unequal lengths: sizes first, then the padded payloads
-                t += C.allgather_time(m["bytes"] + 8, p, cl.bandwidth, cl.latency, messages=2) if here is None else here
+            else:
                 cat["sent"] += C.allgather_varlen_bytes(m["bytes"], p)
                 cat["recv"] += C.allgather_varlen_bytes(m["bytes"], p)
         comm.append(t)
-        # host work on every rank at once: on a shared host it slows as the compute does
-        slow = prof.host_slowdown(p) if cl.shares_cores else 1.0
         codec_s.append(codec["codec_s"][i] * slow / prof.speedup if codec is not None else 0.0)
     return comm, codec_s, by
 
 
-def _measured(prof: Profile, cl: Cluster, collective: str, dtype: str, nbytes: float) -> Optional[float]:
-    """The profile's own timing of this collective when the row is the host it was measured on
-    (loopback, the profiled rank count): there a ring's cost is the scheduler's, not an α-β line's
-    (docs/planner.md)."""
-    if not cl.shared_host or cl.ranks != prof.ranks:
-        return None
-    return prof.collective_s(collective, dtype, nbytes)
+def _collective_s(prof: Profile, cl: Cluster, collective: str, dtype: str, nbytes: float) -> float:
+    """Seconds of one collective of ``nbytes``: the profile's own timing when the row is the host it
+    was measured on (loopback, the profiled rank count), where a ring's cost is the scheduler's, not
+    an α-β line's (docs/planner.md); elsewhere the α-β formulas."""
+    if cl.shared_host and cl.ranks == prof.ranks:
+        here = prof.collective_s(collective, dtype, nbytes)
+        if here is not None:
+            return here
+    if collective == "allreduce":
+        return C.allreduce_time(nbytes, cl.ranks, cl.ar_bw, cl.latency)
+    # the hook's all-gather of unequal lengths: sizes first, then the padded payloads
+    return C.allgather_time(nbytes + 8, cl.ranks, cl.bandwidth, cl.latency, messages=2)
 
 
 def _dp(prof: Profile, cl: Cluster, codec: Optional[dict]) -> Prediction:
@@ -314,8 +317,7 @@ def bmuf(prof: Profile, cl: Cluster, block: int = 8) -> Prediction:
     # 7.2–11.8 ms per step against the mean rank's 6.7), so the ranks pay the lockstep span, as `sync` does.
     comp = max(_worker_compute(prof, cl, p, lockstep=True))
     upd = prof.update_s()
-    ar = _measured(prof, cl, "allreduce", "float32", prof.model_bytes)
-    ar = C.allreduce_time(prof.model_bytes, p, cl.ar_bw, cl.latency) if ar is None else ar
+    ar = _collective_s(prof, cl, "allreduce", "float32", prof.model_bytes)
     step = comp + upd + (ar + upd) / block  # the block update touches every parameter about once
     n = C.allreduce_bytes(prof.model_bytes, p) / block
     terms = {"compute": comp, "update": upd + upd / block, "allreduce": ar / block}
