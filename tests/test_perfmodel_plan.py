@@ -35,7 +35,11 @@ def test_collective_times_by_hand():
     # incast: 6 workers on 2 servers; a server takes each worker's header and half-payload in turn
     assert C.ps_transfer_time(1e6, 6, 2, 1e9, 1e-3) == pytest.approx(6 * (2e-3 + 0.5e-3))
     assert C.ps_transfer_time(1e6, 1, 2, 1e9, 1e-3) == pytest.approx(2e-3 + 1e-3)  # the worker's own link
-    assert C.server_service_time(1e6, 2, 1e9, 1e-3) == pytest.approx(2 * (2e-3 + 0.5e-3))
+    # a server's busy time per exchange: the push in; a reply that fits the send buffer drains behind
+    # the next push, and only what does not fit holds the server
+    assert C.server_service_time(1e6, 2, 1e9, 1e-3) == pytest.approx(2e-3 + 0.5e-3)
+    assert C.server_service_time(1e7, 1, 1e9, 1e-3, send_buffer=4e6) == pytest.approx(2e-3 + 1e-2 + 6e-3)
+    assert C.SEND_BUFFER == 4 * 2**20
     with pytest.raises(ValueError):
         C.ps_transfer_time(1e6, 0, 1, 1e9)
 
@@ -158,19 +162,47 @@ def test_ps_sync_waits_for_the_slowest_worker_and_the_servers_links():
         P.ps_sync(PROF, net(1))
 
 
-def test_ps_async_is_bounded_by_the_workers_or_the_servers():
+def mva_residence(Z: float, D: float, N: int) -> float:
+    """The textbook single-class MVA recursion: residence at the one queue with N customers."""
+    q = 0.0
+    for n in range(1, N + 1):
+        r = D * (1 + q)
+        q = n * r / (Z + r)
+    return r
+
+
+def test_ps_async_is_a_closed_queue_at_the_servers():
+    """Each worker's cycle alone is compute + push + reply + update; the servers are a FIFO queue of
+    service D (the push in, the update); exact MVA gives the cycle with queueing, within the closed
+    queue's bounds. Hand-computed with the single-class recursion R(n) = D(1 + Q(n−1))."""
     comp = 10 * 1.1e-3
     cycle = comp + 2 * (2 * 5e-5 + M / GBIT) + U
-    p = P.ps_async(PROF, net(4))
-    service = 2 * (2 * 5e-5 + M / GBIT) + U
-    assert 3 / cycle < 1 / service  # the server keeps up: each worker at its own pace
-    assert p.step_s == pytest.approx(cycle) and p.samples_per_s == pytest.approx(30 / cycle)
-    # a slow server link: the server saturates and sets the throughput
-    slow = P.ps_async(PROF, net(4, bw=1e6))
-    assert slow.samples_per_s == pytest.approx(10 / (2 * (2 * 5e-5 + M / 1e6) + U)) and slow.bottleneck == "server"
-    # a straggler slows only itself: throughput is the sum of the workers' rates
-    s = P.ps_async(PROF, net(4, stragglers=((0, 3.0, 0.0),)))
-    assert s.samples_per_s == pytest.approx(10 * (2 / cycle + 1 / (cycle + 2 * comp)))
+    D = 2 * 5e-5 + M / GBIT + U
+    Z = cycle - D
+    r = mva_residence(Z, D, 3)
+    p = P.ps_async(PROF, net(4))  # 3 workers, 1 server
+    assert p.step_s == pytest.approx(Z + r) and p.samples_per_s == pytest.approx(10 * 3 / (Z + r))
+    assert max(Z + D, 3 * D) <= p.step_s <= Z + 3 * D
+    # a slow server link: the server saturates, throughput tends to 1/D and waiting dominates
+    slow = P.ps_async(PROF, net(17, bw=1e6))
+    d_slow = 2 * 5e-5 + M / 1e6 + U
+    assert 0.95 / d_slow < slow.samples_per_s / 10 <= 1 / d_slow and slow.bottleneck == "server"
+    # a straggler: two classes; it cycles slower, the others faster than without it, and exact MVA
+    # agrees with Schweitzer's approximation to a few per cent
+    s = P.ps_async(PROF, net(4, stragglers=((1, 3.0, 0.0),)))
+    assert s.step_s < p.step_s and s.samples_per_s < p.samples_per_s
+    think = [Z, Z + 2 * comp, Z]
+    exact_x, exact_r = P.mva(think, D)
+    old, P.MVA_POPULATIONS = P.MVA_POPULATIONS, 0
+    try:
+        approx_x, _ = P.mva(think, D)
+    finally:
+        P.MVA_POPULATIONS = old
+    assert exact_x[0] == exact_x[2] > exact_x[1] and sum(exact_x) * 10 == pytest.approx(s.samples_per_s)
+    assert sum(approx_x) == pytest.approx(sum(exact_x), rel=0.05)
+    # the measured case of docs/planner.md: 2 workers, D = 101 ms at the server, Z = 106 ms
+    x2, r2 = P.mva([0.106, 0.106], 0.101)
+    assert 0.106 + r2[0] == pytest.approx(0.106 + 0.101 * (1 + 0.101 / 0.207))  # 256 ms
 
 
 def test_softsync_pays_the_update_once_per_c_gradients():
@@ -179,7 +211,10 @@ def test_softsync_pays_the_update_once_per_c_gradients():
     assert one.step_s == pytest.approx(P.ps_async(PROF, net(lam + 1)).step_s)
     n1 = P.staleness(PROF, net(lam + 1), n=1)  # c = 3: a third of the update per gradient
     comp = 10 * 1.1e-3
-    assert n1.step_s == pytest.approx(comp + 2 * (2 * 5e-5 + M / GBIT) + U / 3)
+    alone = comp + 2 * (2 * 5e-5 + M / GBIT) + U / 3
+    D = 2 * 5e-5 + M / GBIT + U / 3
+    assert n1.step_s == pytest.approx(alone - D + mva_residence(alone - D, D, lam))
+    assert n1.step_s < one.step_s
     assert P.staleness(PROF, net(lam + 1), hardsync=True).step_s == P.ps_sync(PROF, net(lam + 1)).step_s
     with pytest.raises(ValueError):
         P.staleness(PROF, net(lam + 1), n=lam + 1)
@@ -193,8 +228,11 @@ def test_bmuf_and_easgd_amortise_their_exchange():
     e = P.easgd(PROF, net(4), period=4, sync=True)
     assert e.step_s == pytest.approx(comp + U + (2 * C.ps_transfer_time(M, 3, 1, GBIT, 5e-5) + U) / 4)
     assert e.bytes["param_push"]["sent"] == M / 4 and e.bytes["ps_control"]["recv"] == 8
-    a = P.easgd(PROF, net(4), period=4)
-    assert a.step_s == pytest.approx(comp + U + (2 * (2 * 5e-5 + M / GBIT) + U) / 4)
+    a = P.easgd(PROF, net(4), period=4)  # 3 workers queue at the centre every 4 local steps
+    alone = 4 * (comp + U) + 2 * (2 * 5e-5 + M / GBIT) + U
+    D = 2 * 5e-5 + M / GBIT + U
+    assert a.step_s == pytest.approx((alone - D + mva_residence(alone - D, D, 3)) / 4)
+    assert comp + U + (2 * (2 * 5e-5 + M / GBIT) + U) / 4 < a.step_s  # the queue costs something
 
 
 def test_stanza_is_perfmodel_stanza_on_the_profile():

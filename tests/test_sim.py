@@ -47,16 +47,28 @@ def test_async_two_workers_fixed_times():
 
 
 def test_the_server_link_is_one_queue():
-    # M = 1000 bytes at 1000 B/s: a push takes the server 1 s to receive, a reply 1 s to send.
-    # both push at 1; w0 is served 1-2, answered by 3; w1 waits, served 3-4, answered by 5;
-    # w0 pushes at 4 (server busy until 5): 5-6, answered by 7, then DONE; w1 pushes at 6: 7-8, answered 9;
-    # w0's DONE (arrived at 7) is served after it, 9-9.032 (a 32-byte header); w1's DONE 9.032-9.064.
+    # M = 1000 bytes at 1000 B/s: a push takes the server 1 s to receive, a reply 1 s to drain on the
+    # outgoing half of its link, which does not hold the server (the reply fits the socket buffer).
+    # both push at 1; w0 is received 1-2, its reply drains 2-3; w1 waits, received 2-3, reply 3-4;
+    # w0 pushes at 4: 4-5, reply 5-6, then DONE; w1 pushes at 5: 5-6, reply 6-7, then DONE;
+    # w0's DONE (arrived at 6) is served 6-6.032 (a 32-byte header); w1's DONE 7-7.032.
     r = simulate(two(model_bytes=1000, bandwidth=1000.0, steps=2), record=True)
     assert [u[0] for u in r["applied"]] == [[0, 0], [1, 1], [0, 1], [1, 1]]
-    assert r["elapsed_s"] == pytest.approx(9.064)
-    assert r["server_utilisation"] == pytest.approx(8.064 / 9.064)
-    assert r["step_s"] == pytest.approx(2 * 7 / 3)  # 3 pushes (at 1, 1, 4) when w0 is done at 7
+    assert r["elapsed_s"] == pytest.approx(7.032)
+    assert r["server_utilisation"] == pytest.approx(4.064 / 7.032)
+    assert r["step_s"] == pytest.approx(2 * 6 / 3)  # 3 pushes (at 1, 1, 4) when w0 is done at 6
     assert r["bytes_per_worker_step"] == {"grad_push": 1000, "param_pull": 1000, "ps_control": 64}
+
+
+def test_a_reply_larger_than_the_send_buffer_holds_the_server():
+    # 8 MiB at 8 MiB/s: receiving takes 1 s; the reply's 4 MiB beyond the socket buffer hold the
+    # server 0.5 s more. Both push at 1: w0 received 1-2, held to 2.5, its reply drains 2-3;
+    # w1 received 2.5-3.5, held to 4, reply 3.5-4.5. One step each: DONEs at 3 and 4.5.
+    mb = 8 * 2**20
+    r = simulate(two(model_bytes=mb, bandwidth=float(mb), steps=1), record=True)
+    assert r["done_s"] == pytest.approx([3.0, 4.5])
+    hdr = 32 / mb
+    assert r["elapsed_s"] == pytest.approx(4.5 + hdr)
 
 
 def test_hardsync_waits_for_the_slowest():

@@ -10,6 +10,10 @@ point-to-point of n bytes          α + n/β
 PS push (or pull), W workers,      max(2α + n/β, W·(2α + n/(S·β)))  (header + payload per server;
 S servers, n bytes per worker                                         a server takes the W workers'
                                                                       messages one after another)
+a server's busy time per exchange  2α + n/(S·β) + max(0, n/S − B)/β  (the push in; a reply of up to
+                                                                      B bytes, the kernel's send
+                                                                      buffer, drains while the
+                                                                      server takes the next push)
 =================================  ===========================================================
 
 Bytes per rank (what :class:`workbench.meter.Meter` records, floored to whole bytes as it does):
@@ -59,11 +63,27 @@ def ps_transfer_time(nbytes: float, workers: int, servers: int, bandwidth: float
     return max(worker_side, server_side)
 
 
-def server_service_time(nbytes: float, servers: int, bandwidth: float, latency: float = 0.0) -> float:
-    """A server's time for one worker's exchange: its shard of a push in and of a pull out, each a
-    header and a payload, 2·(2α + n/(S·β)). With asynchronous workers the servers serve exchanges
-    one at a time; this is the service time of that queue."""
-    return 2 * (PS_MESSAGES * latency + nbytes / (servers * bandwidth))
+# Bytes a send may leave in the kernel before it returns: Linux's TCP send buffer grows (autotuning) up
+# to net.ipv4.tcp_wmem's maximum, 4 MiB by default (and on this machine).
+SEND_BUFFER = 4 * 2**20
+
+
+def server_service_time(nbytes: float, servers: int, bandwidth: float, latency: float = 0.0,
+                        send_buffer: float = SEND_BUFFER) -> float:
+    """A server's busy time for one worker's exchange: its shard of the push in, a header and a
+    payload, 2α + n/(S·β) (the loop posts one receive at a time and gloo moves a payload only into a
+    posted receive, so pushes arrive one after another); then its reply. The reply's send returns
+    once the bytes are in the kernel's socket buffer, so a reply that fits drains on the outgoing
+    half of the server's link while the server already receives the next push; only the part of a
+    shard that does not fit, max(0, n/S − B)/β, holds the server. With asynchronous workers the
+    servers serve exchanges one at a time; this is the service time of that queue.
+
+    Measured (docs/planner.md), the servers' timelines on emulated links, 2 workers: the small CNN's
+    605 KB reply at 50 Mbit/s returned 1.2 ms after its push arrived (draining takes 101 ms), AlexNet's
+    228 MB at 500 Mbit/s held the server 3.8 s, its whole transfer. (Until 2026-12-01 this was
+    2·(2α + n/(S·β)) for every size.)"""
+    shard = nbytes / servers
+    return PS_MESSAGES * latency + shard / bandwidth + max(0.0, shard - send_buffer) / bandwidth
 
 
 # ---------------------------------------------------------------------------------------------

@@ -246,24 +246,83 @@ def ps_sync(prof: Profile, cl: Cluster, servers: int = 1) -> Prediction:
 
 def _async(prof: Profile, cl: Cluster, workers: int, servers: int, per_exchange_steps: int, local_update: bool,
            per_update: float, bytes_: Dict[str, Dict[str, float]]) -> Prediction:
-    """Closed queueing bound shared by asynchronous PS protocols: workers cycle through compute
-    (and a local update), every ``per_exchange_steps`` steps an exchange with the servers; the
-    servers serve exchanges one at a time (link 2M/(Sβ) plus their update)."""
+    """Asynchronous PS protocols as a closed queueing network: workers cycle through compute (and a
+    local update), every ``per_exchange_steps`` steps an exchange with the servers. The servers are
+    one FIFO queue: the real loop posts one receive at a time, and gloo moves a payload only into a
+    posted receive, so pushes reach a server one after another, each served in D =
+    ``collectives.server_service_time`` plus the update (a reply that fits the socket buffer drains
+    behind the next push, so it is not part of D). The rest of a worker's cycle is its own (Z_i).
+    Exact mean-value analysis (:func:`mva`) gives each worker's cycle Z_i + R_i with R_i = D·(1 + the
+    queue it finds), which lies between the closed queue's bounds max(Z + D, W·D) and Z + W·D.
+    (Until 2026-12-01 the throughput bound min(Σ 1/T_i, 1/s) itself, with a server busy for the push
+    and then the reply: docs/planner.md has the server's timeline that changed both.)"""
     comps = _worker_compute(prof, cl, workers)
     upd = prof.update_s() if local_update else 0.0
     # a worker's exchange when the servers are free: header + payload out, then back, and the update
     exch = 2 * C.ps_transfer_time(prof.model_bytes, 1, servers, cl.bandwidth, cl.latency) + per_update
-    cycles = [per_exchange_steps * (c + upd) + exch for c in comps]  # seconds per exchange, per worker
+    cycles = [per_exchange_steps * (c + upd) + exch for c in comps]  # seconds per exchange, per worker, alone
     service = C.server_service_time(prof.model_bytes, servers, cl.bandwidth, cl.latency) + per_update
-    demand = sum(1 / t for t in cycles)  # exchanges per second the workers would make
-    rate = min(demand, 1 / service) if service > 0 else demand
-    scale = demand / rate  # > 1: the servers are saturated and every worker waits for them
-    step = statistics_mean(cycles) * scale / per_exchange_steps
-    x = rate * per_exchange_steps * prof.batch
-    terms = {"compute": statistics_mean(comps), "update": upd, "exchange": exch / per_exchange_steps,
-             "server_wait": statistics_mean(cycles) * (scale - 1) / per_exchange_steps}
+    service = min(service, min(cycles))  # the part of an exchange spent at the servers
+    x, resid = mva([t - service for t in cycles], service)  # exchanges/s per worker, time at the servers
+    cyc = [t - service + r for t, r in zip(cycles, resid)]
+    step = cyc[0] / per_exchange_steps  # worker 0's, what its meter records
+    samples = sum(x) * per_exchange_steps * prof.batch
+    terms = {"compute": comps[0], "update": upd, "exchange": exch / per_exchange_steps,
+             "server_wait": (resid[0] - service) / per_exchange_steps}
     kinds = {"compute": "compute", "update": "compute", "exchange": "link", "server_wait": "server"}
-    return Prediction(step, x, bytes_, _dominant(terms, kinds), terms)
+    return Prediction(step, samples, bytes_, _dominant(terms, kinds), terms)
+
+
+MVA_POPULATIONS = 200_000  # population vectors exact MVA may visit; past that, Schweitzer's approximation
+
+
+def mva(think: Sequence[float], service: float) -> Tuple[List[float], List[float]]:
+    """Mean-value analysis of a closed network: one customer per worker with think time ``think[i]``,
+    one FIFO station of mean service ``service`` whose service times MVA takes as exponential (the
+    measured server's vary with the scheduling of its host: push inter-arrivals of 102–236 ms for
+    a 101 ms payload, docs/planner.md). Returns each worker's throughput (cycles/s) and residence
+    time at the station. Workers with equal think times form one class; exact multi-class MVA over
+    the population vectors (Reiser and Lavenberg, 1980): R_c(n) = D·(1 + Q(n − e_c)),
+    X_c(n) = n_c / (Z_c + R_c(n)), Q(n) = Σ_c X_c(n)·R_c(n); past ``MVA_POPULATIONS`` vectors,
+    Schweitzer's fixed point Q(n − e_c) ≈ Q − Q_c/n_c."""
+    if service <= 0:
+        return [1 / z if z > 0 else math.inf for z in think], [0.0] * len(think)
+    classes: Dict[float, int] = {}
+    for z in think:
+        classes[round(z, 12)] = classes.get(round(z, 12), 0) + 1
+    zs, ns = list(classes), list(classes.values())
+    total = 1
+    for n in ns:
+        total *= n + 1
+    if total <= MVA_POPULATIONS:
+        import itertools
+        q: Dict[Tuple[int, ...], float] = {tuple(0 for _ in ns): 0.0}
+        resid = [service] * len(ns)
+        for vec in sorted(itertools.product(*(range(n + 1) for n in ns)), key=sum):
+            if not sum(vec):
+                continue
+            qn = 0.0
+            for c, nc in enumerate(vec):
+                if nc:
+                    prev = list(vec)
+                    prev[c] -= 1
+                    r = service * (1 + q[tuple(prev)])
+                    qn += nc * r / (zs[c] + r)
+                    if list(vec) == ns:
+                        resid[c] = r
+            q[vec] = qn
+    else:  # Schweitzer: each class sees the queue less its own share of one customer
+        qc = [n / len(ns) for n in ns]
+        for _ in range(10_000):
+            qt = sum(qc)
+            resid = [service * (1 + qt - qc[c] / ns[c]) for c in range(len(ns))]
+            new = [ns[c] * resid[c] / (zs[c] + resid[c]) for c in range(len(ns))]
+            done = max(abs(a - b) for a, b in zip(new, qc)) < 1e-12
+            qc = new
+            if done:
+                break
+    by = {z: (1 / (z + r), r) for z, r in zip(zs, resid)}
+    return [by[round(z, 12)][0] for z in think], [by[round(z, 12)][1] for z in think]
 
 
 def statistics_mean(xs: Sequence[float]) -> float:

@@ -25,7 +25,9 @@ The protocol's decisions (when to update, which gradients, whom to answer, what 
 adds the tensors, the optimizer and wall time to it, and the simulator (:mod:`workbench.sim`) drives
 the same class with simulated time. ``WORKBENCH_PS_TRACE=<dir>`` makes a real server write every
 push, done and applied update (with each gradient's τ) to ``<dir>/server-<pid>.jsonl``, so that a
-real schedule can be replayed through the simulator.
+real schedule can be replayed through the simulator; every record carries ``t``, the host's monotonic
+clock, and the server loop adds a ``sent`` record when a reply's sends have returned, so the same file
+is the server's timeline (docs/planner.md reads it).
 """
 from __future__ import annotations
 
@@ -212,7 +214,7 @@ class GradientRule(Protocol):
 
     def _log(self, rec) -> None:
         if self.trace is not None:
-            self.trace.write(json.dumps(rec) + "\n")
+            self.trace.write(json.dumps({**rec, "t": time.monotonic()}) + "\n")
 
     def step(self, entries: List[tuple], taus: List[int], f: List[float]) -> None:
         t0 = time.perf_counter()

@@ -50,6 +50,9 @@ class ServerLoop:
                 works.append((tensor, self.meter.isend(tensor, worker, self.pull_category, P.TAG_REPLY_DATA, self.group)))
         for _, w in works:
             w.wait()
+        log = getattr(self.rule, "_log", None)  # the trace's timeline: when the sends returned
+        if log is not None and replies:
+            log({"sent": [worker for worker, _, _ in replies]})
 
     def run(self) -> None:
         """Serve until every worker is done and, if ``expect_final``, one of them has polled for and

@@ -8,9 +8,12 @@ run; only time is simulated. Per message, with M the model's bytes, S servers, �
 
 - a worker computes a step (``compute_s``, its spread and stragglers), then pushes: the push reaches
   the servers (M/S each) once its own link has carried all S shards, (S−1)·M/(S·β) after it starts;
-- a server is one FIFO queue, as the real loop is serial: receiving a push costs 2α + M/(Sβ)
-  (header and payload), an update ``update_s``/S, and every reply it then sends 2α + M/(Sβ); many
-  workers pushing at once therefore queue at the server's link (incast), and more servers help;
+- a server is one FIFO queue, as the real loop is serial (it posts one receive at a time, and gloo
+  moves a payload only into a posted receive): receiving a push costs 2α + M/(Sβ) (header and
+  payload), an update ``update_s``/S; every reply it then sends takes 2α + M/(Sβ) on the outgoing
+  half of its link, but holds the server only for the part of its shard the kernel's socket buffer
+  cannot take (``collectives.server_service_time``); many workers pushing at once therefore queue
+  at the server (incast), and more servers help;
 - a worker goes on once every server has answered; the reply carries the server's clock, which is
   the timestamp its next gradient is computed on (as in :class:`workbench.ps.protocol.PSClient`);
 - EASGD: ``period`` local steps (compute + optimizer), then the parameters to the centre, which
@@ -54,6 +57,7 @@ import time
 from collections import deque
 from typing import Dict, List, Optional
 
+from workbench.perfmodel.collectives import SEND_BUFFER
 from workbench.perfmodel.paradigms import HEADER_BYTES
 from workbench.ps.rules import Protocol
 from workbench.sim.engine import CorePool, EventQueue
@@ -122,6 +126,7 @@ def simulate(spec: SimSpec, record: bool = False, max_wall_s: Optional[float] = 
     msg = 2 * spec.latency + M / (S * spec.bandwidth)  # header + one shard, on a server's link
     hdr = spec.latency + HEADER_BYTES / spec.bandwidth  # DONE: a header alone
     extra = (M - M / S) / spec.bandwidth  # the worker's link carries every shard
+    blocked = max(0.0, M / S - SEND_BUFFER) / spec.bandwidth  # a reply's part the socket buffer cannot take
     upd = spec.update_s / S
     easgd = spec.protocol == "easgd"
     local = spec.update_s if easgd else 0.0  # EASGD's workers run their optimizer every step
@@ -131,8 +136,10 @@ def simulate(spec: SimSpec, record: bool = False, max_wall_s: Optional[float] = 
     rules = [_rules(spec, record) for _ in range(S)] if not easgd else []
     q = EventQueue()
     free = [0.0] * S  # when each server's queue is next empty
+    free_out = [0.0] * S  # when each server's outgoing link is next idle (one host per node)
     busy = [0.0] * S
-    link = [0.0] * S
+    link = [0.0] * S  # seconds each server's link carried (incoming; on a shared host, all copies)
+    link_out = [0.0] * S
     ts = [[0] * S for _ in range(lam)]  # each shard's clock of the weights a worker computes on
     left = [S] * lam
     ready = [0.0] * lam
@@ -180,11 +187,16 @@ def simulate(spec: SimSpec, record: bool = False, max_wall_s: Optional[float] = 
                     replies = r.on_push(w, ts[w][s], None) if kind == PUSH else r.on_done(w)
                     cursor += (r.timestamp - before) * upd
                 for v, _, _ in replies:
-                    cursor += msg
+                    # the reply drains on the outgoing half of the server's link; its send holds the
+                    # server only for what does not fit the socket buffer (collectives.server_service_time)
+                    sent = max(cursor, free_out[s]) + msg
+                    free_out[s] = sent
+                    cursor += blocked
                     if not easgd:
                         ts[v][s] = rules[s].timestamp
-                    deliver(v, cursor)
-                link[s] += (msg if kind == PUSH else hdr) + msg * len(replies)
+                    deliver(v, sent)
+                link[s] += (msg if kind == PUSH else hdr)
+                link_out[s] += msg * len(replies)
                 busy[s] += cursor - start
                 free[s] = cursor
     else:
@@ -297,7 +309,8 @@ def simulate(spec: SimSpec, record: bool = False, max_wall_s: Optional[float] = 
            "samples_per_s": first[0][1] * per * spec.batch / first[0][0] if first[0][0] > 0 else math.inf,
            "gradients": grads if not easgd else 0, "exchanges": grads,
            "server_utilisation": sum(busy) / (S * end) if end > 0 else 0.0,
-           "server_link_utilisation": sum(link) / (S * end) if end > 0 else 0.0,
+           # the busier half of the servers' links (one host per node: in and out are separate)
+           "server_link_utilisation": max(sum(link), sum(link_out)) / (S * end) if end > 0 else 0.0,
            # a worker's link carries its push and the replies: M each way and a header per server
            "worker_link_utilisation": rounds * 2 * (2 * spec.latency * S + M / spec.bandwidth) / end if end > 0 else 0.0,
            "bytes_per_worker_step": {("param_push" if easgd else "grad_push"): M / per, "param_pull": M / per,
