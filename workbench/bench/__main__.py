@@ -40,6 +40,7 @@ ALL = [
     ("overhead", ["--repeats", "5"]),
     ("overhead", ["--e2e", "--repeats", "5"]),
     ("overhead", ["--model", "resnet18", "--data", "synthetic", "--steps", "25", "--skip", "5", "--repeats", "3"]),
+    ("calibrate", ["--nodes", "2", "--bandwidth", "100mbit", "--sizes-mb", "1", "4", "16", "--repeats", "3"]),  # root
     ("staleness", ["--workers", "4", "--repeats", "3"]),
     ("staleness", ["--workers", "8", "--repeats", "3"]),
     ("bytes", []),  # bytes are exact: one run each; its samples/s column is a by-product, not a timed figure
@@ -78,7 +79,7 @@ def run_all(rest) -> int:
         if a.list:
             print(cmd)
             continue
-        if (suite == "bandwidth" or any("emulated:" in x for x in args)) and os.geteuid() != 0:
+        if (suite in ("bandwidth", "calibrate") or any("emulated:" in x for x in args)) and os.geteuid() != 0:
             print(f"skipped (needs root for the emulated network): {cmd}", file=sys.stderr)
             continue
         print(f"== {cmd}", file=sys.stderr, flush=True)

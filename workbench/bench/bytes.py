@@ -23,9 +23,9 @@ Each trainer says which runs it contributes (``bench_variants``) and its analyti
 Measured = worker rank 0's metered bytes per training step (``ranks/rank0.jsonl``), the first two
 steps left out (DDP rebuilds its buckets after step 1; PowerSGD compresses from step 2 on). Sent and
 received are both in the CSV; the table shows sent (for these symmetric algorithms they are equal,
-except the PS headers). Bytes are exact: they do not depend on the machine or its load. samples/s
-(global batch / median step time after step 2) is a by-product of a few small steps, not a
-throughput benchmark.
+except the PS headers). Bytes are exact: they do not depend on the machine or its load, so one run
+each is the figure; this suite times nothing (a few small steps are no throughput benchmark: the
+timed suites, with their interleaved repeats, are).
 """
 from __future__ import annotations
 
@@ -116,10 +116,8 @@ def main(argv=None) -> None:
             continue
         m = per_step(run)
         an = analytic_sent(run)
-        sps = report.samples_per_s(run)
         rows.append({"model": model, "run": label, "N": a.workers,
                      "sent_B": round(m["sent"]), "analytic_sent_B": round(an),
-                     "samples/s": round(sps, 1) if sps else None,
                      "measured/analytic": round(m["sent"] / an, 4) if an else None,
                      "recv_B": round(m["recv"]), "control_B": round(m["control"]),
                      "status": "completed"})
@@ -130,7 +128,7 @@ def main(argv=None) -> None:
             r["PS/this"] = round(ref["ps"] / r["sent_B"], 2) if ref.get("ps") else None
             r["ring/this"] = round(ref["sync"] / r["sent_B"], 2) if ref.get("sync") else None
     cols = ["model", "run", "N", "sent_B", "analytic_sent_B", "measured/analytic", "recv_B", "control_B",
-            "PS/this", "ring/this", "samples/s", "status"]
+            "PS/this", "ring/this", "status"]
     t = report.Table(f"bytes_N{a.workers}", f"Bytes per worker per step, N = {a.workers}, batch {a.batch} per worker "
                      f"(B = bytes; PS/this and ring/this: how many times fewer bytes than the PS and the ring)", rows, cols)
     cmd = ("python -m workbench.bench bytes " + " ".join(argv if argv is not None else [])).strip()

@@ -43,7 +43,8 @@ def main() -> None:
                     moved = allreduce_bytes(nbytes, world)
                 times.append(time.perf_counter() - t0)
             best = min(times)
-            rows.append({"kind": kind, "size_mb": mb, "seconds": best, "bytes_per_rank": moved,
+            rows.append({"kind": kind, "size_mb": mb, "seconds": best, "slowest_s": max(times), "repeats": len(times),
+                         "bytes_per_rank": moved,
                          "achieved_bits_per_s": moved * 8 / best})
     if rank == 0:
         with open(a.out, "w") as f:
