@@ -365,3 +365,26 @@ def test_perfmodel_imports_run_down():
             for m in mods:
                 assert not m.startswith(("workbench.trainers", "workbench.launcher", "workbench.ps",
                                          "workbench.compress", "workbench.plan", "workbench.analysis")), (f.name, m)
+
+
+def test_the_planner_suite_locates_crossovers_on_the_emulated_links():
+    """Measured: log-linear between the two rates the speed-up falls between; the model's: where its
+    predicted sync and compressed steps meet on the same emulated cluster."""
+    import workbench
+    from workbench.bench.planner import crossovers
+    from workbench.plan import cluster_for
+    cfg = workbench.compose(["cluster.nproc=4"])
+    rows = [{"model": "m", "paradigm": "sync", "bandwidth": "emulated:50mbit", "measured ms": 100.0},
+            {"model": "m", "paradigm": "sync", "bandwidth": "emulated:800mbit", "measured ms": 10.0},
+            {"model": "m", "paradigm": "compressed/powersgd", "bandwidth": "emulated:50mbit", "measured ms": 25.0},
+            {"model": "m", "paradigm": "compressed/powersgd", "bandwidth": "emulated:800mbit", "measured ms": 20.0},
+            {"model": "m", "paradigm": "ps/sync", "bandwidth": "loopback", "measured ms": 1.0}]
+    (c,) = crossovers(rows, {"m": PROF}, {"m": cfg}, 4)
+    # speed-up 4 at 50 Mbit/s, 0.5 at 800: crosses 1 at t = 3/3.5 of the way on the log scale
+    measured = math.exp(math.log(50e6) + (3 / 3.5) * (math.log(800e6) - math.log(50e6)))
+    assert c["measured crossover"] == f"{measured / 1e6:.3g} Mbit/s"
+    assert c["speed-up vs sync, lowest → highest rate"] == "4.00 → 0.50"
+    bps = c["_ratio"] * measured
+    cl = cluster_for(cfg, PROF, 4, f"emulated:{bps:.3f}bit", 5e-5)
+    assert cl.cores_shared and P.sync(PROF, cl).step_s == pytest.approx(P.compressed(PROF, cl, "powersgd").step_s, rel=1e-6)
+    assert crossovers(rows[:1] + rows[4:], {"m": PROF}, {"m": cfg}, 4) == []  # one emulated rate: nothing to locate

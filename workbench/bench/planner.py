@@ -44,10 +44,12 @@ def main(argv=None) -> None:
     out = Path(a.out) / "planner"
     only = [o for o in a.only.split(",") if o]
     rows = []
+    prof_by_model, cfg_by_model = {}, {}
     for model in a.models.split(","):
         ov = [f"model={model}", *report.data_overrides(model, a.batch), "cluster.timeout_s=600",
               f"output_root={out / 'runs'}"]
         plan_rows, (vs, prof) = _plan_rows(ov, bandwidths, [a.workers], None, 1.0, "50us", only, str(out), print)
+        prof_by_model[model], cfg_by_model[model] = prof, vs[a.workers][0].cfg
         rounds = [verify(copy.deepcopy(plan_rows), vs, out / "runs") for _ in range(a.repeats)]
         for r in merged(rounds):
             row = {"model": model, "paradigm": r["paradigm"], "bandwidth": r["bandwidth"], "N": a.workers,
@@ -72,6 +74,12 @@ def main(argv=None) -> None:
             # what the measurement itself resolves: a model cannot be shown closer than its target's spread
             notes += (f" The measurement's own spread, (max − min) / median of a row's {a.repeats} rounds: median "
                       f"{100 * statistics.median(noise):.0f} %, largest {100 * max(noise):.0f} %.")
+    cross = crossovers(rows, prof_by_model, cfg_by_model, a.workers)
+    if cross:
+        ok = [c for c in cross if c["_ratio"] is not None]
+        within = sum(abs(c["_ratio"] - 1) <= 0.2 for c in ok)
+        notes += (f" Compression crossovers located by the sweep: {len(ok)} of {len(cross)} compressors; "
+                  f"{within} of {len(ok)} predicted within 20 % of the measured one.")
     cols = ["model", "paradigm", "bandwidth", "N", "predicted ms", "measured ms"] + (
         ["spread ms", "repeats"] if a.repeats > 1 else []) + ["error", "predicted B/step", "measured B/step",
                                                               "bytes", "bottleneck"]
@@ -79,13 +87,51 @@ def main(argv=None) -> None:
                      f"{a.workers} ranks, batch {a.batch} per worker"
                      + (f", medians of {a.repeats} interleaved rounds (spread: min–max)" if a.repeats > 1 else ""),
                      rows, cols)
+    tables = [t] + ([report.Table(f"crossover_N{a.workers}", "Compression crossover on the emulated links: the link "
+                                  "rate below which a compressor beats sync, measured (log-linear between the "
+                                  "measured rates, as the bandwidth suite) vs the model's (bisection of its predicted "
+                                  "gain on the same emulated cluster)",
+                                  [{k: v for k, v in c.items() if not k.startswith("_")} for c in cross])] if cross else [])
     cmd = ("python -m workbench.bench planner " + " ".join(argv if argv is not None else [])).strip()
     # one section per model set, so a second command (another model) adds its table, not replaces
     name = ("" if a.models == ",".join(MODELS) else f", {a.models}") + ("" if a.bandwidths == "loopback" else f", {a.bandwidths}")
     path = report.write("planner" + name.replace(", ", "-").replace(",", "-").replace(":", ""), "Planner: model vs measured" + name,
-                        cmd, [t], notes=notes, out_root=a.out,
+                        cmd, tables, notes=notes, out_root=a.out,
                         benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
-    print(f"\n{t.markdown()}\n\n{notes}\n\nreport: {path / 'report.html'}")
+    print("\n" + "\n\n".join(x.markdown() for x in tables) + f"\n\n{notes}\n\nreport: {path / 'report.html'}")
+
+
+def crossovers(rows: list, profs: dict, cfgs: dict, workers: int) -> list:
+    """Per model and compressor, where its speed-up over ``sync`` crosses 1 across the emulated rates:
+    measured (``bench.bandwidth.crossing``: log-linear between the two rates it falls between) and
+    the model's, on the same emulated cluster. [] with fewer than two emulated rates."""
+    from workbench.bench.bandwidth import crossing, rate_text
+    from workbench.perfmodel import paradigms as P
+    from workbench.plan import EMULATED, bandwidth_bps, cluster_for
+    out = []
+    for model, prof in profs.items():
+        mine = [r for r in rows if r["model"] == model and str(r["bandwidth"]).startswith(EMULATED)]
+        rates = sorted({r["bandwidth"] for r in mine}, key=bandwidth_bps)
+        if len(rates) < 2:
+            continue
+        sync = {r["bandwidth"]: r["measured ms"] for r in mine if r["paradigm"] == "sync"}
+        for comp in sorted({r["paradigm"] for r in mine if r["paradigm"].startswith("compressed/")}):
+            name = comp.split("/", 1)[1]
+            if name not in prof.codecs or not sync:
+                continue
+            meas = {r["bandwidth"]: r["measured ms"] for r in mine if r["paradigm"] == comp}
+            speed = [(bandwidth_bps(b), sync[b] / meas[b]) for b in rates if sync.get(b) and meas.get(b)]
+            measured = crossing(speed)
+            at = lambda bw, cfg=cfgs[model]: cluster_for(cfg, prof, workers, f"{EMULATED}{8 * bw:.3f}bit", 5e-5)  # noqa: E731
+            predicted = P.crossover_bps(prof, at(1.25e8), name, at=at)
+            fin = lambda x: isinstance(x, float) and math.isfinite(x)  # noqa: E731
+            ratio = predicted / measured if fin(measured) and fin(predicted) else None
+            out.append({"model": model, "compressor": name, "measured crossover": rate_text(measured),
+                        "predicted crossover": rate_text(predicted),
+                        "predicted / measured": f"{ratio:.2f}" if ratio else None,
+                        "speed-up vs sync, lowest → highest rate": " → ".join(f"{s:.2f}" for _, s in speed),
+                        "_ratio": ratio})
+    return out
 
 
 def merged(rounds: list) -> list:

@@ -196,12 +196,15 @@ def compressed(prof: Profile, cl: Cluster, compressor: str) -> Prediction:
     return pred
 
 
-def crossover_bps(prof: Profile, cl: Cluster, compressor: str, lo: float = 1e3, hi: float = 1e13) -> Optional[float]:
+def crossover_bps(prof: Profile, cl: Cluster, compressor: str, lo: float = 1e3, hi: float = 1e13,
+                  at: Optional[Callable[[float], Cluster]] = None) -> Optional[float]:
     """Bits/s of a node's link below which ``compressor`` beats ``sync`` (networked form, one rank
-    per host, ``cl``'s latency); ``math.inf`` if it wins at every rate in [lo, hi] bytes/s, ``None``
+    per host, ``cl``'s latency; ``at``: the cluster at a link rate of so many bytes/s instead, e.g.
+    this host's emulated links); ``math.inf`` if it wins at every rate in [lo, hi] bytes/s, ``None``
     if at none. Bisection on a log scale of the gain sync − compressed."""
     def gain(bw: float) -> float:
-        c = replace(cl, bandwidth=bw, allreduce_bandwidth=None, shared_host=False, cores_shared=False)
+        c = at(bw) if at is not None else replace(cl, bandwidth=bw, allreduce_bandwidth=None, shared_host=False,
+                                                  cores_shared=False)
         return _dp(prof, c, None).step_s - _dp(prof, c, prof.codecs[compressor]).step_s
     if cl.ranks <= 1:
         return None
