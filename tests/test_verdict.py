@@ -105,3 +105,16 @@ def test_a_run_with_nothing_recorded_did_not_learn():
     assert judge([], [], 10) == ("did_not_learn", "no training steps recorded and no evaluation")
     assert judge([2.3], [], 10)[0] == "did_not_learn"
     assert judge([2.3, 1.0], [], 10)[0] == "learned"
+
+
+def test_a_run_is_diverged_when_a_rank_other_than_0_diverges_first(tmp_path):
+    """Asynchronous workers diverge at different steps; when rank 1 hits the NaN while rank 0 sleeps
+    (a straggler), the agent stops rank 0 before it writes the summary: the launcher reads rank 1's
+    totals and records the run as diverged (exit 3), not failed. Seen in the staleness suite at λ = 8."""
+    p = cli(f"output_root={tmp_path}", "trainer=ps", "trainer.mode=async", "cluster.nproc=3",
+            "trainer.max_steps=40", "trainer.progress=false", "optim.lr=1000", "cluster.straggler_ranks=[0]",
+            "cluster.straggler_delay_s=3")
+    assert p.returncode == 3, p.stderr[-2000:]
+    s = json.loads(next(tmp_path.rglob("summary.json")).read_text())
+    assert s["status"] == "diverged" and s["verdict"] == "diverged", s
+    assert s["error"].startswith("rank 1: ") and "nan" in s["error"].lower(), s["error"]

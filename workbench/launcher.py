@@ -134,9 +134,13 @@ def launch(cfg: DictConfig, run_dir: Optional[os.PathLike] = None, progress: Opt
         return run
     summary = run.summary or {}
     if error is not None:
-        status = "diverged" if summary.get("status") == "diverged" else "failed"
+        # rank 0 writes the summary, but any rank may hit the NaN first and the rest then only lose
+        # a peer: a run is diverged if any rank's totals say so (the staleness suite saw ranks 2-7
+        # diverge at steps 25-27 while rank 0 was recorded as 'failed')
+        div = run.diverged_rank()
+        status = "diverged" if summary.get("status") == "diverged" or div else "failed"
         if status == "diverged":
-            error["error"] = summary.get("error", error["error"])
+            error["error"] = summary.get("error") if summary.get("status") == "diverged" else div["error"]
         summary = {**run.partial_summary(), **summary, **error, "status": status,
                    "wall_time_s": time.time() - t0, "run_dir": str(run_dir)}
     summary["bytes_by_rank"] = run.rank_totals()

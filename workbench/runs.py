@@ -72,6 +72,15 @@ class Run:
                 out[str(d["rank"])] = {cat: c["sent"] for cat, c in d["comm"].items()}
         return out
 
+    def diverged_rank(self) -> Optional[dict]:
+        """The first rank (by number) whose loop stopped on a NaN/inf loss, from its totals file:
+        ``{"rank", "error"}``, or None. Any rank may diverge first; the others then lose a peer."""
+        for p in sorted((self.path / "ranks").glob("rank*_totals.json"), key=lambda p: int(p.stem[4:-7] or 0)):
+            d = runstore.read_json(p)
+            if d and d.get("status") == "diverged":
+                return {"rank": d["rank"], "error": d.get("error", f"rank {d['rank']}: the loss became NaN/inf")}
+        return None
+
     def partial_summary(self) -> dict:
         """What the metrics written so far say (for runs that stopped early)."""
         recs = self.records()

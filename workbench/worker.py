@@ -98,12 +98,12 @@ def main(argv=None) -> int:
     trainer = TRAINERS[cfg.trainer.name](cfg, info, meter, log)
     from workbench import tracking
     tracker = tracking.start(cfg, run_dir) if info.rank == 0 else None  # a thread; off the step loop
-    status, code = "completed", 0
+    status, code, why = "completed", 0, None
     try:
         summary = trainer.run()
         summary["status"] = status
     except Diverged as e:
-        status, code = "diverged", EXIT_DIVERGED
+        status, code, why = "diverged", EXIT_DIVERGED, f"rank {info.rank}: {e}"
         summary = {"status": status, "error": str(e)}
         print(f"rank {info.rank}: diverged: {e}", file=sys.stderr)
     except BaseException as e:
@@ -117,7 +117,8 @@ def main(argv=None) -> int:
         mon.stop()
         log.close()
         runstore.write_json(run_dir / "ranks" / f"rank{info.rank}_totals.json",
-                            {"rank": info.rank, "status": status, "comm": meter.totals()})
+                            {"rank": info.rank, "status": status, "comm": meter.totals(),
+                             **({"error": why} if why else {})})
     if info.rank == 0:
         from workbench import verdict
         summary.update(verdict.summarize(log.records(), cfg, status))  # metrics.jsonl is closed: complete
