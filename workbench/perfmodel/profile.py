@@ -188,7 +188,12 @@ def lockstep(model, x, y, meter, device, comm_device, min_reps: int) -> Tuple[fl
         return b_ + a
 
     one = _median_time(step, 3, device)
-    reps = max(min_reps, min(30, int(0.3 / max(one, 1e-6))))
+    # every rank must issue the same number of collectives: each rank's own timing gave its own
+    # count, and 9 ranks on 2 cores disagreed and deadlocked (one rank on to DDP's broadcast, eight
+    # in this barrier); the largest count, agreed on
+    n = torch.tensor([max(min_reps, min(30, int(0.3 / max(one, 1e-6))))], dtype=torch.int64, device=comm_device)
+    meter.all_reduce(n, "profile", op=dist.ReduceOp.MAX)
+    reps = int(n.item())
     return tuple(statistics.median(span(k) for _ in range(reps)) for k in range(1, world + 1))
 
 
@@ -416,7 +421,11 @@ def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, steps
     os.environ["WORKBENCH_HOST_RANKS"] = str(world)
     torch.set_num_threads(threads_per_rank(cfg.cluster, world))
     store = dist.TCPStore("127.0.0.1", port, world, is_master=rank == 0)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
+    # every collective fails after cluster.timeout_s, as in a run: a profiling rank that waits on
+    # a peer forever would otherwise hold the planner for gloo's default half hour
+    from datetime import timedelta
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=float(cfg.cluster.timeout_s)))
     try:
         spec = data_mod.DATASETS[cfg.data.name].spec(cfg.data)
         torch.manual_seed(cfg.seed)
@@ -481,6 +490,9 @@ def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, steps
                        "boundary": model.boundary_size(spec), "params_conv": counts["features"],
                        "params_fc": counts["classifier"], "param_shapes": [tuple(p.shape) for p in model.parameters()],
                        "threads": torch.get_num_threads()})
+    except BaseException as e:  # say so at once: the parent would otherwise wait out its timeout
+        queue.put({"error": f"rank {rank}: {type(e).__name__}: {e}"})
+        raise
     finally:
         dist.destroy_process_group()
 
@@ -507,13 +519,22 @@ def measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, st
              for r in range(ranks)]
     for p in procs:
         p.start()
+    import queue as queue_mod
+    wait_s = max(600.0, float(cfg.cluster.timeout_s))
+    res = {"error": "no result"}
     try:
-        res = queue.get(timeout=max(600.0, float(cfg.cluster.timeout_s)))
+        res = queue.get(timeout=wait_s)
+    except queue_mod.Empty:
+        raise RuntimeError(f"profiling {cfg.model.name} on {ranks} ranks did not finish in {wait_s:.0f} s "
+                           f"(alive: {sum(p.is_alive() for p in procs)} of {ranks} ranks)") from None
     finally:
+        deadline = time.monotonic() + (60 if "error" not in res else 0)  # a failed profile's ranks go now
         for p in procs:
-            p.join(timeout=60)
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
             if p.is_alive():
                 p.terminate()
+    if "error" in res:
+        raise RuntimeError(f"profiling {cfg.model.name} on {ranks} ranks failed: {res['error']}")
     key = profile_key(cfg)
     threads = res.pop("threads")
     return Profile(model=key["model"], data=str(cfg.data.name), input_shape=key["input_shape"], batch=key["batch"],
