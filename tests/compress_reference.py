@@ -95,6 +95,8 @@ def exchange(name, xs, cfg, us=None, idx=None, errors=None):
     locs = [local(name, x, cfg, None if us is None else us[r], idx) for r, x in enumerate(xs)]
     if name == "signsgd":
         avg = majority_vote(xs) * np.float32(cfg.get("scale", 1.0))
+    elif name == "efsignsgd":  # the step is scaled, the residual (from the local reconstruction) is not
+        avg = sum(locs) / np.float32(len(xs)) * np.float32(cfg.get("step_scale", 1.0))
     else:
         avg = sum(locs) / np.float32(len(xs))
     new_errors = [x - l for x, l in zip(xs, locs)] if errors is not None else None
