@@ -75,11 +75,12 @@ class Run:
     def diverged_rank(self) -> Optional[dict]:
         """The first rank (by number) whose loop stopped on a NaN/inf loss, from its totals file:
         ``{"rank", "error"}``, or None. Any rank may diverge first; the others then lose a peer."""
-        for p in sorted((self.path / "ranks").glob("rank*_totals.json"), key=lambda p: int(p.stem[4:-7] or 0)):
-            d = runstore.read_json(p)
-            if d and d.get("status") == "diverged":
-                return {"rank": d["rank"], "error": d.get("error", f"rank {d['rank']}: the loss became NaN/inf")}
-        return None
+        found = [d for d in map(runstore.read_json, (self.path / "ranks").glob("rank*_totals.json"))
+                 if d and d.get("status") == "diverged"]
+        if not found:
+            return None
+        d = min(found, key=lambda d: d["rank"])
+        return {"rank": d["rank"], "error": d.get("error", f"rank {d['rank']}: the loss became NaN/inf")}
 
     def partial_summary(self) -> dict:
         """What the metrics written so far say (for runs that stopped early)."""

@@ -105,7 +105,7 @@ def crossovers(rows: list, profs: dict, cfgs: dict, workers: int) -> list:
     """Per model and compressor, where its speed-up over ``sync`` crosses 1 across the emulated rates:
     measured (``bench.bandwidth.crossing``: log-linear between the two rates it falls between) and
     the model's, on the same emulated cluster. [] with fewer than two emulated rates."""
-    from workbench.bench.bandwidth import crossing, rate_text
+    from workbench.bench.bandwidth import crossing, finite, rate_text
     from workbench.perfmodel import paradigms as P
     from workbench.plan import EMULATED, bandwidth_bps, cluster_for
     out = []
@@ -124,8 +124,7 @@ def crossovers(rows: list, profs: dict, cfgs: dict, workers: int) -> list:
             measured = crossing(speed)
             at = lambda bw, cfg=cfgs[model]: cluster_for(cfg, prof, workers, f"{EMULATED}{8 * bw:.3f}bit", 5e-5)  # noqa: E731
             predicted = P.crossover_bps(prof, at(1.25e8), name, at=at)
-            fin = lambda x: isinstance(x, float) and math.isfinite(x)  # noqa: E731
-            ratio = predicted / measured if fin(measured) and fin(predicted) else None
+            ratio = predicted / measured if finite(measured) and finite(predicted) else None
             out.append({"model": model, "compressor": name, "measured crossover": rate_text(measured),
                         "predicted crossover": rate_text(predicted),
                         "predicted / measured": f"{ratio:.2f}" if ratio else None,
