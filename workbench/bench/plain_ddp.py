@@ -7,6 +7,7 @@ own minimal loop: no meter, no hook, no logging, no evaluation. Prints rank 0's 
     torchrun --standalone --nproc-per-node 4 -m workbench.bench.plain_ddp --steps 200 --model small_cnn --data digits
 """
 import argparse
+import gc
 import json
 import os
 import time
@@ -63,9 +64,12 @@ def main() -> None:
     if rank == 0 and a.out:
         with open(a.out, "w") as f:
             json.dump(times, f)
-    # tear down together: a rank destroying its gloo group while a peer is still writing its
-    # results aborted at exit ("terminate called without an active exception"), run after run, on one VM
+    # Tear down together and free DDP (its reducer holds the gloo group) before interpreter
+    # finalisation, which otherwise destroyed gloo's threads joinable and aborted a rank now and then;
+    # see plain_e2e.py.
     dist.barrier()
+    del model, opt
+    gc.collect()
     dist.destroy_process_group()
 
 
