@@ -5,7 +5,7 @@ on the same model, data and process count, measured side by side in one run: the
     python -m workbench.bench.overhead                      # small_cnn on digits, 4 ranks, 3 x 300 steps
     python -m workbench.bench.overhead --nproc 2 --model small_cnn --data synthetic --steps 150
     python -m workbench.bench.overhead --write              # also update BENCHMARKS.md
-    python -m workbench.bench.overhead --e2e --repeats 5 --write   # the default job end to end
+    python -m workbench.bench.overhead --e2e --repeats 7 --write   # the default job end to end
 
 Step time = seconds between consecutive step ends on rank 0, data loading included, the first
 ``--skip`` steps dropped (warm-up), evaluation excluded.
