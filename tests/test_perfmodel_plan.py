@@ -68,16 +68,26 @@ def net(ranks, bw=GBIT, **kw):
     return P.Cluster(ranks, bw, 5e-5, **kw)
 
 
-def test_sync_hides_the_allreduce_behind_backward_on_a_network():
+def test_sync_hides_every_bucket_but_the_last_behind_backward_on_a_network():
+    """DDP launches a bucket when backward has produced its gradients and runs one at a time; the
+    last bucket is ready only when backward ends, so a one-bucket model hides nothing."""
+    import dataclasses
     comp = 10 * (1e-3 + 1e-4)  # one rank per host: concurrency 1
+    bwd = 0.75 * comp
     ar = C.allreduce_time(M, 4, GBIT, 5e-5)
-    assert ar < 0.75 * comp
-    p = P.sync(PROF, net(4))
-    assert p.step_s == pytest.approx(comp + U)
+    p = P.sync(PROF, net(4))  # the fixture's one bucket
+    assert p.step_s == pytest.approx(comp + ar + U)
     assert p.samples_per_s == pytest.approx(40 / p.step_s) and p.bottleneck == "compute"
-    slow = P.sync(PROF, net(4, bw=1e5))  # link-bound: the forward, then the whole exchange
-    assert slow.step_s == pytest.approx(0.25 * comp + C.allreduce_time(M, 4, 1e5, 5e-5) + U)
+    # two buckets, FC's 9000 parameters first (ready at 0.9 of backward), then conv's 1000
+    two = dataclasses.replace(PROF, buckets=[{"numel": 9000, "shapes": [[9000]]}, {"numel": 1000, "shapes": [[1000]]}])
+    a1, a2 = C.allreduce_time(36_000, 4, GBIT, 5e-5), C.allreduce_time(4_000, 4, GBIT, 5e-5)
+    assert P.sync(two, net(4)).step_s == pytest.approx(comp + max(0.9 * bwd + a1, bwd) + a2 - bwd + U)
+    slow = P.sync(two, net(4, bw=1e5))  # link-bound: the first bucket's exchange outlasts backward
+    s1, s2 = C.allreduce_time(36_000, 4, 1e5, 5e-5), C.allreduce_time(4_000, 4, 1e5, 5e-5)
+    assert slow.step_s == pytest.approx(0.25 * comp + 0.9 * bwd + s1 + s2 + U)
     assert slow.bottleneck == "link"
+    assert P.exposed_after_backward(1.0, [0.1, 0.1], [1, 1]) == pytest.approx(0.1)  # 0.5+0.1, then 1.0+0.1
+    assert P.exposed_after_backward(1.0, [0.8, 0.1], [1, 1]) == pytest.approx(0.4)  # 0.5+0.8, then +0.1
     assert p.bytes == {"allreduce": {"sent": meter.allreduce_bytes(M, 4), "recv": meter.allreduce_bytes(M, 4)}}
 
 
@@ -121,26 +131,41 @@ def test_synchronous_protocols_on_a_shared_host_wait_for_the_last_rank_asynchron
 
 
 def test_emulated_links_here_share_the_cores_add_the_shaper_and_overlap():
-    """emulated:<rate>: this host's ranks (compute at concurrency p) behind shaped links; a byte costs
-    the host's loopback time plus the shaper's 8/rate, and the transfer hides behind backward."""
+    """emulated:<rate>: this host's ranks (compute at concurrency p) behind shaped links. Where the
+    profile timed this host's collectives (its rank count) a collective costs that, on the shared
+    cores, plus the token bucket's wait for what its refilled burst does not cover, which overlaps
+    backward as on a link; elsewhere a byte costs the host's loopback time plus the shaper's 8/rate."""
+    import dataclasses
     import workbench
+    from workbench.network.emulated import tbf_burst
     from workbench.plan import cluster_for, parse_bandwidths
     assert parse_bandwidths("loopback,emulated:100mbit") == ["loopback", "emulated:100mbit"]
     cl = cluster_for(workbench.compose([]), PROF, 4, "emulated:100mbit", 5e-5)
     assert cl.bandwidth == pytest.approx(1 / (8 / 1e8 + 1 / PROF.beta))
     assert cl.ar_bw == pytest.approx(1 / (8 / 1e8 + 1 / PROF.beta_allreduce))
     assert cl.latency == PROF.alpha and cl.concurrency(4) == 4
+    assert cl.shaper_rate == 1e8 / 8 and cl.shaper_burst == tbf_burst(1e8) == 50_000
     comp = 10 * (4e-3 + 4e-4)
     ar = C.allreduce_time(M, 4, cl.ar_bw, PROF.alpha)
-    fwd = PROF.fwd_share * comp
-    assert P.sync(PROF, cl).step_s == pytest.approx(fwd + max(comp - fwd, ar) + U)
+    assert not PROF.collectives  # no timings of this host's collectives: the α-β line, one bucket exposed
+    assert P.sync(PROF, cl).step_s == pytest.approx(comp + ar + U)
+    # with the in-situ timing of the one bucket's all-reduce, 2 ms
+    here = dataclasses.replace(PROF, collectives={f"allreduce:float32:{M}": 2e-3})
+    sent = meter.allreduce_bytes(M, 4)  # 60 000 bytes per rank
+    assert P.shaper_delay_s(cl, sent, 1.0) == pytest.approx((sent - 50_000) / 12.5e6)  # a full bucket
+    assert P.shaper_delay_s(cl, sent, 1e-3) == pytest.approx((sent - 12_500) / 12.5e6)  # refilled 1 ms
+    wait = P.shaper_delay_s(cl, sent, comp + 2e-3 + U)
+    assert P.sync(here, cl).step_s == pytest.approx(comp + 2e-3 + wait + U)
+    assert P.sync(here, dataclasses.replace(cl, ranks=3)).step_s != P.sync(here, cl).step_s  # other ranks: α-β
+    fast = cluster_for(workbench.compose([]), PROF, 4, "emulated:10gbit", 5e-5)  # the burst covers it
+    assert P.sync(here, fast).step_s == pytest.approx(comp + 2e-3 + U)
 
 
 def test_compressed_adds_its_codec_and_sends_its_payload():
     p = P.compressed(PROF, net(4, bw=1e5), "powersgd")
     comp = 10 * 1.1e-3
     payload = M // 32
-    assert p.step_s == pytest.approx(0.25 * comp + max(0.75 * comp, C.allreduce_time(payload, 4, 1e5, 5e-5)) + 1e-3 + U)
+    assert p.step_s == pytest.approx(comp + C.allreduce_time(payload, 4, 1e5, 5e-5) + 1e-3 + U)
     assert p.bytes == {"compressed": {"sent": meter.allreduce_bytes(payload, 4), "recv": meter.allreduce_bytes(payload, 4)}}
     g = P.compressed(PROF, net(4), "topk")
     assert g.bytes["compressed"]["sent"] == 3 * (payload + 8)

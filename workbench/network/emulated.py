@@ -28,6 +28,13 @@ class NetworkSetupError(RuntimeError):
     pass
 
 
+def tbf_burst(rate_bps: float) -> int:
+    """The token bucket's size in bytes for a link of ``rate_bps``: at least one MTU-sized packet
+    and a timer tick's (4 ms) worth of bytes at the rate. The planner's model of these links
+    passes that many bytes at the host's speed after the link has idled (``perfmodel.paradigms``)."""
+    return max(16_000, int(rate_bps / 8 / 250))
+
+
 def _run(cmd: List[str]) -> str:
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
@@ -68,8 +75,7 @@ class EmulatedNetwork:
 
     # -- set-up / tear-down ---------------------------------------------------------------------------
     def _shape(self, ns: str, dev: str, rate_text: str, rate: float) -> None:
-        # burst must hold at least one MTU-sized packet and a timer tick's worth of bytes at this rate
-        burst = max(16_000, int(rate / 8 / 250))
+        burst = tbf_burst(rate)
         _run(["tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "handle", "1:", "tbf", "rate", rate_text,
               "burst", str(burst), "latency", "50ms"])
         if self.delay_s > 0 or self.jitter_s > 0:

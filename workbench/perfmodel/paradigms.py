@@ -62,6 +62,11 @@ class Cluster:
     cores_shared: bool = False  # ranks share one host's cores though their links are real (emulated links)
     stragglers: Tuple[Tuple[int, float, float], ...] = ()  # (worker index, compute factor, delay s)
     label: str = ""
+    # The emulated links' token bucket (tc tbf): bytes/s it passes on average, and the bytes it lets
+    # through at the host's speed after the link has idled long enough to refill (its burst).
+    # Zero on a real link (line rate, no burst) and on loopback.
+    shaper_rate: float = 0.0
+    shaper_burst: float = 0.0
 
     @property
     def ar_bw(self) -> float:
@@ -121,38 +126,61 @@ def _worker_compute(prof: Profile, cl: Cluster, workers: int, batch: Optional[in
 # ---------------------------------------------------------------------------------------------
 # Synchronous data parallelism, with and without a compressor
 
-def _bucket_comm(prof: Profile, cl: Cluster, codec: Optional[dict]) -> Tuple[List[float], List[float], Dict[str, Dict[str, float]]]:
-    """Per bucket: communication seconds and codec seconds; and the bytes by category."""
+def _bucket_comm(prof: Profile, cl: Cluster, codec: Optional[dict]) -> Tuple[List[float], List[float], Dict[str, Dict[str, float]], List[float]]:
+    """Per bucket: communication seconds, codec seconds and the bytes one rank sends; and the
+    bytes by category."""
     p = cl.ranks
-    comm, codec_s, by = [], [], {}
+    comm, codec_s, by, sent_b = [], [], {}, []
     # host work on every rank at once: on a shared host it slows as the compute does
     slow = prof.host_slowdown(p) if cl.shares_cores else 1.0
     for i, bk in enumerate(prof.buckets):
         sent = [{"collective": "allreduce", "bytes": 4 * bk["numel"], "category": "allreduce"}] if codec is None \
             else codec["payloads"][i]
-        t = 0.0
+        t, out = 0.0, 0
         for m in sent:
             cat = by.setdefault(m["category"], _cat())
             t += _collective_s(prof, cl, m["collective"], m.get("dtype", "float32"), m["bytes"])
-            if m["collective"] == "allreduce":
-                n = C.allreduce_bytes(m["bytes"], p)
-                cat["sent"] += n
-                cat["recv"] += n
-            else:
-                cat["sent"] += C.allgather_varlen_bytes(m["bytes"], p)
-                cat["recv"] += C.allgather_varlen_bytes(m["bytes"], p)
+            n = C.allreduce_bytes(m["bytes"], p) if m["collective"] == "allreduce" else C.allgather_varlen_bytes(m["bytes"], p)
+            cat["sent"] += n
+            cat["recv"] += n
+            out += n
         comm.append(t)
+        sent_b.append(out)
         codec_s.append(codec["codec_s"][i] * slow / prof.speedup if codec is not None else 0.0)
-    return comm, codec_s, by
+    return comm, codec_s, by, sent_b
+
+
+def exposed_after_backward(bwd: float, comm: Sequence[float], numels: Sequence[float]) -> float:
+    """Seconds of communication left when backward ends: DDP launches bucket i when backward has
+    produced its gradients (taken at the share of the parameters through bucket i, in launch
+    order), and one bucket's collective at a time. The last bucket is ready only at the end, so
+    a one-bucket model (the small CNN) hides nothing, where ``max(bwd, Σ comm)`` hid it all."""
+    total = float(sum(numels)) or 1.0
+    done, seen = 0.0, 0.0
+    for t, n in zip(comm, numels):
+        seen += n
+        done = max(done, bwd * seen / total) + t
+    return max(0.0, done - bwd)
+
+
+def shaper_delay_s(cl: Cluster, nbytes: float, idle_s: float) -> float:
+    """Seconds a token bucket holds ``nbytes`` sent in one go, once per step after ``idle_s`` of
+    the link's silence: it starts with the tokens refilled meanwhile (at most its burst) and passes
+    the rest at its rate. At 1 Gbit/s the emulator's bucket is 500 KB and refills in 4 ms, so a
+    small CNN's 807 KB of ring all-reduce per step waits for 307 KB, not 807."""
+    if cl.shaper_rate <= 0:
+        return 0.0
+    return max(0.0, nbytes - min(cl.shaper_burst, cl.shaper_rate * idle_s)) / cl.shaper_rate
 
 
 def _collective_s(prof: Profile, cl: Cluster, collective: str, dtype: str, nbytes: float) -> float:
-    """Seconds of one collective of ``nbytes``: the profile's own timing when the row is the host it
-    was measured on (loopback, the profiled rank count), where a ring's cost is the scheduler's, not
-    an α-β line's (docs/planner.md); elsewhere the α-β formulas."""
-    if cl.shared_host and cl.ranks == prof.ranks:
+    """Seconds of one collective of ``nbytes``: the profile's own timing (in situ, after a lockstep
+    backward) when the row's ranks are the ones profiled on this host (loopback, or emulated links
+    here, whose shaper is added by the caller), where a ring's cost is the scheduler's, not an α-β
+    line's (docs/planner.md); elsewhere the α-β formulas."""
+    if cl.shares_cores and cl.ranks == prof.ranks:
         here = prof.collective_s(collective, dtype, nbytes)
-        if here is not None:
+        if here is not None:  # behind emulated links the shaper's wait comes on top (``_dp``)
             return here
     if collective == "allreduce":
         return C.allreduce_time(nbytes, cl.ranks, cl.ar_bw, cl.latency)
@@ -165,15 +193,21 @@ def _dp(prof: Profile, cl: Cluster, codec: Optional[dict]) -> Prediction:
     if p < 1:
         raise ValueError(f"data parallelism needs ranks >= 1, got {p}")
     comp = max(_worker_compute(prof, cl, p, lockstep=True))
-    fwd, bwd = prof.fwd_share * comp, (1 - prof.fwd_share) * comp
-    comm, codec_s, by = _bucket_comm(prof, cl, codec)
+    bwd = (1 - prof.fwd_share) * comp
+    comm, codec_s, by, sent = _bucket_comm(prof, cl, codec)
     upd = prof.update_s()
+    numels = [bk["numel"] for bk in prof.buckets]
+    here = cl.shares_cores and cl.ranks == prof.ranks and prof.collectives
     if cl.shared_host:
-        step = comp + sum(comm) + sum(codec_s) + upd
         exposed = sum(comm)
+    elif here:
+        # emulated links here: the collectives' host part (timed in situ) takes the shared cores
+        # and never hides; the shaper's wait, which spends no CPU, overlaps backward as on a link
+        wire = shaper_delay_s(cl, sum(sent), comp + sum(codec_s) + upd + sum(comm))
+        exposed = sum(comm) + exposed_after_backward(bwd, [wire * n / max(sum(sent), 1) for n in sent], numels)
     else:
-        step = fwd + max(bwd, sum(comm)) + sum(codec_s) + upd
-        exposed = max(0.0, sum(comm) - bwd)
+        exposed = exposed_after_backward(bwd, comm, numels)
+    step = comp + exposed + sum(codec_s) + upd
     terms = {"compute": comp, "update": upd,
              "communication": sum(comm), "exposed_communication": exposed, "codec": sum(codec_s)}
     kinds = {"compute": "compute", "update": "compute", "exposed_communication": "link", "codec": "host codec"}

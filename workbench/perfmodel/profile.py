@@ -33,7 +33,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from workbench.perfmodel.stanza import StanzaInputs
 
-PROFILE_VERSION = 2  # 2: free-running levels, lockstep spans, collectives timed at their sizes, α the floor
+PROFILE_VERSION = 3  # 2: free-running levels, lockstep spans, collectives timed at their sizes, α the floor;\n# 3: collectives timed in situ, after a lockstep backward
 
 
 def _median_time(fn, steps: int, device, warmup: bool = True) -> float:
@@ -197,14 +197,23 @@ def lockstep(model, x, y, meter, device, comm_device, min_reps: int) -> Tuple[fl
     return tuple(statistics.median(span(k) for _ in range(reps)) for k in range(1, world + 1))
 
 
-def measure_collectives(items, meter, comm_device, reps: int = 9) -> Dict[str, float]:
+def measure_collectives(items, meter, comm_device, step: Optional[Callable[[], None]] = None,
+                        reps: int = 9) -> Dict[str, float]:
     """Seconds of each collective at the sizes and dtypes a run will issue, every rank taking part
-    (``items``: (collective, dtype, bytes), the same list on every rank), as ``"<collective>:<dtype>:<bytes>"``
-    -> rank 0's median from a common release. On a host whose ranks outnumber its cores, a ring's
-    2(p−1) stages each wait for a rank the scheduler may have parked, so the cost is far from linear
-    in size (3 ranks on 2 cores here: 16 KB took 2–3 ms, 4 bytes 0.5 ms, 2 MB 3 ms): the model
-    looks these up for loopback rows instead of an α-β line through two sizes."""
+    (``items``: (collective, dtype, bytes), the same list on every rank), as
+    ``"<collective>:<dtype>:<bytes>"`` -> the median over ``reps`` releases.
+
+    Timed *in situ*: with ``step`` (one batch's zero_grad+forward+backward), every rank computes
+    first, as in a training step, and the collective's cost is from the **last** rank's end of that
+    backward to the last rank's end of the collective (one host, one monotonic clock). On a host
+    whose ranks outnumber its cores, a ring's 2(p−1) stages each wait for a rank the scheduler may
+    have parked, and after a backward far more than from a common idle start: 3 ranks on 2 cores
+    here, a 12 KB all-gather took 1.4 ms from a barrier and 4.0 ms after a backward, whose sum with
+    the compute's span predicted a free-running loop of the two within 5 % (docs/planner.md). The
+    cost is far from linear in size, so the model looks these up for this host's rows instead of
+    an α-β line. Without ``step``: from a common idle release (rank 0's time)."""
     import torch
+    import torch.distributed as dist
     out: Dict[str, float] = {}
     for coll, dtype, nbytes in items:
         dt = getattr(torch, dtype)
@@ -212,13 +221,20 @@ def measure_collectives(items, meter, comm_device, reps: int = 9) -> Dict[str, f
         times = []
         for i in range(reps + 1):
             meter.barrier("profile")
-            t0 = time.perf_counter()
+            if step is not None:
+                step()
+            t1 = time.perf_counter()
             if coll == "allreduce":
                 meter.all_reduce(t, "profile")
             else:
                 meter.all_gather_varlen(t, "profile")
+            t2 = time.perf_counter()
+            if step is not None:  # the last rank's backward end and collective end
+                ts = torch.tensor([t1, t2], dtype=torch.float64, device=comm_device)
+                meter.all_reduce(ts, "profile", op=dist.ReduceOp.MAX)
+                t1, t2 = ts.cpu().tolist()
             if i:
-                times.append(time.perf_counter() - t0)
+                times.append(t2 - t1)
         out[f"{coll}:{dtype}:{int(nbytes)}"] = statistics.median(times)
     return out
 
@@ -479,7 +495,15 @@ def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, steps
                 found |= {(m["collective"], m.get("dtype", "float32"), m["bytes"]) for ms in c["payloads"] for m in ms}
             items = [sorted(found)]
         dist.broadcast_object_list(items, src=0)
-        colls = measure_collectives(items[0], meter, cpu) if world > 1 else {}
+        def step():
+            model.zero_grad(set_to_none=True)
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+        # releases per collective: 15 where a backward is short (the small CNN's few ms, where the
+        # scheduler's noise is as large as the collective), down to 3 where it takes seconds (VGG-16:
+        # dozens of payloads); agreed on, since each rank's own count once deadlocked (see lockstep)
+        n = torch.tensor([max(3, min(15, int(0.3 / max(_median_time(step, 2, cpu), 1e-6))))], dtype=torch.int64)
+        dist.all_reduce(n, op=dist.ReduceOp.MAX)
+        colls = measure_collectives(items[0], meter, cpu, step, reps=int(n.item())) if world > 1 else {}
         dist.barrier()
         if rank == 0:
             counts = model.param_counts()
