@@ -208,8 +208,9 @@ def measure_collectives(items, meter, comm_device, step: Optional[Callable[[], N
     backward to the last rank's end of the collective (one host, one monotonic clock). On a host
     whose ranks outnumber its cores, a ring's 2(p−1) stages each wait for a rank the scheduler may
     have parked, and after a backward far more than from a common idle start: 3 ranks on 2 cores
-    here, a 12 KB all-gather took 1.4 ms from a barrier and 4.0 ms after a backward, whose sum with
-    the compute's span predicted a free-running loop of the two within 5 % (docs/planner.md). The
+    here, a 12 KB all-gather took 1.4 ms from a barrier and 4.2 ms after a backward, and the medians
+    of 60 releases, summed with the compute's span, gave a free-running loop of the two within 3 %
+    for five sizes (docs/planner.md). The
     cost is far from linear in size, so the model looks these up for this host's rows instead of
     an α-β line. Without ``step``: from a common idle release (rank 0's time)."""
     import torch
@@ -498,10 +499,11 @@ def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, steps
         def step():
             model.zero_grad(set_to_none=True)
             torch.nn.functional.cross_entropy(model(x), y).backward()
-        # releases per collective: 15 where a backward is short (the small CNN's few ms, where the
-        # scheduler's noise is as large as the collective), down to 3 where it takes seconds (VGG-16:
-        # dozens of payloads); agreed on, since each rank's own count once deadlocked (see lockstep)
-        n = torch.tensor([max(3, min(15, int(0.3 / max(_median_time(step, 2, cpu), 1e-6))))], dtype=torch.int64)
+        # releases per collective: about 0.5 s of backward, at most 60 (the small CNN's few-ms steps,
+        # where a median of 15 releases of one collective ranged 0.9–4.0 ms and of 60 held within
+        # 3 %), at least 3 where a backward takes seconds (VGG-16: dozens of payloads); agreed on,
+        # since each rank's own count once deadlocked (see lockstep)
+        n = torch.tensor([max(3, min(60, int(0.5 / max(_median_time(step, 2, cpu), 1e-6))))], dtype=torch.int64)
         dist.all_reduce(n, op=dist.ReduceOp.MAX)
         colls = measure_collectives(items[0], meter, cpu, step, reps=int(n.item())) if world > 1 else {}
         dist.barrier()
