@@ -85,7 +85,11 @@ LOOPBACK = "loopback"
 EMULATED = "emulated:"  # emulated:<rate>: this machine's ranks, each behind its own shaped link (network=emulated)
 DEFAULT_BANDWIDTHS = ("1gbit", "10gbit", "100gbit")
 VERIFY_SKIP = 12  # steps left out of a verification run (DDP's bucket rebuild, PowerSGD's start)
-VERIFY_STEPS = 8  # steps measured after them: a whole number of BMUF blocks and EASGD periods
+VERIFY_STEPS = 8  # steps measured after them, at least: a whole number of BMUF blocks and EASGD periods
+VERIFY_SECONDS = 1.0  # ... and as many more whole periods as fill about this long (predicted): a
+# median of 8 small-CNN steps of 5-15 ms is one scheduler quantum's noise (randomk measured 12.9 ms
+# in 8 steps, 9.2-9.7 ms over 400)
+VERIFY_MAX_STEPS = 400
 
 
 @dataclass
@@ -414,10 +418,10 @@ def verify_variant(v: Variant, root: Path, steps: int = VERIFY_STEPS, skip: int 
         return {"measured_status": run.summary.get("status"), "run_dir": str(run.path)}
     recs = [r for r in run.records() if r.get("kind") == "train" and r["step"] > skip]
     by: Dict[str, float] = {}
-    for r in recs:
+    for r in recs:  # whole bytes summed, then one division: exact where every step's count is
         for cat, c in (r.get("comm") or {}).items():
-            by[cat] = by.get(cat, 0.0) + c["sent"] / len(recs)
-    by = {k: v_ for k, v_ in by.items() if v_}
+            by[cat] = by.get(cat, 0) + c["sent"]
+    by = {k: v_ / len(recs) for k, v_ in by.items() if v_}
     # A paradigm that communicates every few steps (BMUF's block, EASGD's period) has one slow step
     # per period, which a median drops: its step is the mean over the whole periods measured, what
     # the model predicts. Every step alike: the median, robust to a descheduled step.
@@ -428,14 +432,22 @@ def verify_variant(v: Variant, root: Path, steps: int = VERIFY_STEPS, skip: int 
             "measured_bytes_by_category": by, "measured_steps": len(recs), "run_dir": str(run.path)}
 
 
+def verify_steps(predicted_step_s: float) -> int:
+    """Steps a verification measures: whole periods of VERIFY_STEPS filling about VERIFY_SECONDS
+    by the prediction, at least one period, at most VERIFY_MAX_STEPS."""
+    periods = max(1, math.ceil(VERIFY_SECONDS / max(predicted_step_s, 1e-6) / VERIFY_STEPS))
+    return min(VERIFY_MAX_STEPS // VERIFY_STEPS, periods) * VERIFY_STEPS
+
+
 def verify(rows: List[dict], vs: Dict[int, List[Variant]], root: Path, log=print) -> List[dict]:
     by_label = {(w, v.label): v for w in vs for v in vs[w]}
     for r in rows:
         if not here(r["bandwidth"]):
             continue
         v = by_label[(r["workers"], r["paradigm"])]
-        log(f"verify: {r['paradigm']} on {r['workers']} ranks, {r['bandwidth']} ...")
-        m = verify_variant(v, root, bw=r["bandwidth"])
+        steps = verify_steps(r["predicted_step_s"])
+        log(f"verify: {r['paradigm']} on {r['workers']} ranks, {r['bandwidth']}, {steps} steps ...")
+        m = verify_variant(v, root, steps=steps, bw=r["bandwidth"])
         r.update(m)
         if "measured_step_s" in m:
             r["error"] = r["predicted_step_s"] / m["measured_step_s"] - 1
