@@ -8,12 +8,16 @@ forward+backward of one batch while k ranks compute on one host, F and B its for
 parts (F = fwd_share·C), U = u·P the optimizer over P parameters, M = 4P the model's bytes,
 AR(n, p) / AG(n, p) / PS(n, W, S) the collective times of :mod:`workbench.perfmodel.collectives`.
 
-- ``sync`` (DDP): T = F + max(B, Σ_i AR(bucket_i, p)) + U on a network (the bucketed all-reduce
-  hides behind backward); T = S_p + Σ_i AR_here(bucket_i) + U when every rank shares this host,
+- ``sync`` (DDP): T = C + E + U on a network, E what is left of the bucketed all-reduce when
+  backward ends (bucket i starts when backward has produced its gradients and bucket i−1 is done,
+  :func:`exposed_after_backward`; the last bucket never hides); behind this host's emulated links
+  T = S_p + Σ_i AR_here(bucket_i) + U + E(the token bucket's wait, :func:`shaper_delay_s`);
+  T = S_p + Σ_i AR_here(bucket_i) + U when every rank shares this host,
   because there the transfer and the backward compete for the same cores, the step waits for the
   last rank the scheduler gets to (S_p, ``Profile.sync_compute_s``; so do ``ps/sync``, the
   compressors and BMUF's block), and a collective costs what the profile timed at its size
-  (``Profile.collective_s``), not an α-β line (docs/planner.md).
+  (``Profile.collective_s``, timed in situ after a lockstep backward), not an α-β line
+  (docs/planner.md).
 - ``compressed/<c>``: as ``sync`` with each bucket's payloads and the codec's encode+decode time
   (measured per bucket), which is host work and never hides.
 - ``ps/sync`` (hardsync), W = ranks − S workers: T = C_W + 2·PS(M, W, S) + U/S (the slowest worker
