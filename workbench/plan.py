@@ -34,7 +34,9 @@ beats ``sync``). ``--json FILE`` writes every row: ``paradigm, workers, bandwidt
 predicted_step_s, predicted_samples_per_s, predicted_bytes_per_step`` (bytes sent per worker per
 step), ``predicted_bytes_by_category``, ``bottleneck``, ``crossover_bps``, and with ``--verify``
 ``measured_step_s, measured_bytes_per_step, measured_bytes_by_category, error`` (predicted /
-measured − 1, of the step time) and ``bytes_error``.
+measured − 1, of the step time) and ``bytes_error``. A verification runs 12 warm-up steps, then
+whole periods of 8 steps (BMUF's block, EASGD's period) filling about a second of predicted
+steps (at most 400), and measures rank 0's median step (the mean where the bytes vary by step).
 
 At scale (``--workers 30,64,1024``): on a link, the asynchronous paradigms (``ps/async``,
 ``staleness/n=…``, ``easgd/async``) come from the discrete-event simulator (:mod:`workbench.sim`:
