@@ -413,3 +413,18 @@ def test_the_planner_suite_locates_crossovers_on_the_emulated_links():
     cl = cluster_for(cfg, PROF, 4, f"emulated:{bps:.3f}bit", 5e-5)
     assert cl.cores_shared and P.sync(PROF, cl).step_s == pytest.approx(P.compressed(PROF, cl, "powersgd").step_s, rel=1e-6)
     assert crossovers(rows[:1] + rows[4:], {"m": PROF}, {"m": cfg}, 4) == []  # one emulated rate: nothing to locate
+
+
+def test_bmuf_behind_emulated_links_pays_the_shaper_once_a_block():
+    """The block all-reduce's host part is the profile's in-situ timing; the token bucket, refilled
+    over the block's local steps, passes its burst and holds the rest at the rate."""
+    import dataclasses
+    import workbench
+    from workbench.plan import cluster_for
+    here = dataclasses.replace(PROF, collectives={f"allreduce:float32:{M}": 2e-3})
+    cl = cluster_for(workbench.compose([]), here, 4, "emulated:10mbit", 5e-5)  # burst 16 KB, 1.25 MB/s
+    comp, block = 10 * (4e-3 + 4e-4), 8
+    assert P.bmuf(here, cl).terms["compute"] == pytest.approx(comp)
+    sent = meter.allreduce_bytes(M, 4)
+    ar = 2e-3 + (sent - 16_000) / 1.25e6
+    assert P.bmuf(here, cl, block=block).step_s == pytest.approx(comp + U + (ar + U) / block)

@@ -177,14 +177,19 @@ def shaper_delay_s(cl: Cluster, nbytes: float, idle_s: float) -> float:
     return max(0.0, nbytes - min(cl.shaper_burst, cl.shaper_rate * idle_s)) / cl.shaper_rate
 
 
+def _timed_here(prof: Profile, cl: Cluster) -> bool:
+    """The row's collectives are the ones the profile timed: this host's ranks, as many as profiled."""
+    return bool(cl.shares_cores and cl.ranks == prof.ranks and prof.collectives)
+
+
 def _collective_s(prof: Profile, cl: Cluster, collective: str, dtype: str, nbytes: float) -> float:
     """Seconds of one collective of ``nbytes``: the profile's own timing (in situ, after a lockstep
     backward) when the row's ranks are the ones profiled on this host (loopback, or emulated links
     here, whose shaper is added by the caller), where a ring's cost is the scheduler's, not an α-β
     line's (docs/planner.md); elsewhere the α-β formulas."""
-    if cl.shares_cores and cl.ranks == prof.ranks:
+    if _timed_here(prof, cl):
         here = prof.collective_s(collective, dtype, nbytes)
-        if here is not None:  # behind emulated links the shaper's wait comes on top (``_dp``)
+        if here is not None:  # behind emulated links the caller adds the shaper's wait
             return here
     if collective == "allreduce":
         return C.allreduce_time(nbytes, cl.ranks, cl.ar_bw, cl.latency)
@@ -201,7 +206,7 @@ def _dp(prof: Profile, cl: Cluster, codec: Optional[dict]) -> Prediction:
     comm, codec_s, by, sent = _bucket_comm(prof, cl, codec)
     upd = prof.update_s()
     numels = [bk["numel"] for bk in prof.buckets]
-    here = cl.shares_cores and cl.ranks == prof.ranks and prof.collectives
+    here = _timed_here(prof, cl)
     if cl.shared_host:
         exposed = sum(comm)
     elif here:
@@ -417,7 +422,11 @@ def bmuf(prof: Profile, cl: Cluster, block: int = 8) -> Prediction:
     # 7.2–11.8 ms per step against the mean rank's 6.7), so the ranks pay the lockstep span, as `sync` does.
     comp = max(_worker_compute(prof, cl, p, lockstep=True))
     upd = prof.update_s()
-    ar = _collective_s(prof, cl, "allreduce", "float32", prof.model_bytes)
+    host = prof.collective_s("allreduce", "float32", prof.model_bytes) if _timed_here(prof, cl) else None
+    if host is not None:  # timed here: the shaper waits on top, once a block, after the block's steps
+        ar = host + shaper_delay_s(cl, C.allreduce_bytes(prof.model_bytes, p), block * (comp + upd) + host)
+    else:
+        ar = _collective_s(prof, cl, "allreduce", "float32", prof.model_bytes)
     step = comp + upd + (ar + upd) / block  # the block update touches every parameter about once
     n = C.allreduce_bytes(prof.model_bytes, p) / block
     terms = {"compute": comp, "update": upd + upd / block, "allreduce": ar / block}
