@@ -422,11 +422,9 @@ def bmuf(prof: Profile, cl: Cluster, block: int = 8) -> Prediction:
     # 7.2–11.8 ms per step against the mean rank's 6.7), so the ranks pay the lockstep span, as `sync` does.
     comp = max(_worker_compute(prof, cl, p, lockstep=True))
     upd = prof.update_s()
-    host = prof.collective_s("allreduce", "float32", prof.model_bytes) if _timed_here(prof, cl) else None
-    if host is not None:  # timed here: the shaper waits on top, once a block, after the block's steps
-        ar = host + shaper_delay_s(cl, C.allreduce_bytes(prof.model_bytes, p), block * (comp + upd) + host)
-    else:
-        ar = _collective_s(prof, cl, "allreduce", "float32", prof.model_bytes)
+    ar = _collective_s(prof, cl, "allreduce", "float32", prof.model_bytes)
+    if _timed_here(prof, cl):  # looked up, as in `_dp`: the shaper waits on top, once a block
+        ar += shaper_delay_s(cl, C.allreduce_bytes(prof.model_bytes, p), block * (comp + upd) + ar)
     step = comp + upd + (ar + upd) / block  # the block update touches every parameter about once
     n = C.allreduce_bytes(prof.model_bytes, p) / block
     terms = {"compute": comp, "update": upd + upd / block, "allreduce": ar / block}

@@ -33,7 +33,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from workbench.perfmodel.stanza import StanzaInputs
 
-PROFILE_VERSION = 3  # 2: free-running levels, lockstep spans, collectives timed at their sizes, α the floor;\n# 3: collectives timed in situ, after a lockstep backward
+PROFILE_VERSION = 3  # 2: free-running levels, lockstep spans, collectives timed at their sizes, α the floor;
+# 3: collectives timed in situ, after a lockstep backward
 
 
 def _median_time(fn, steps: int, device, warmup: bool = True) -> float:
@@ -210,9 +211,9 @@ def measure_collectives(items, meter, comm_device, step: Optional[Callable[[], N
     have parked, and after a backward far more than from a common idle start: 3 ranks on 2 cores
     here, a 12 KB all-gather took 1.4 ms from a barrier and 4.2 ms after a backward, and the medians
     of 60 releases, summed with the compute's span, gave a free-running loop of the two within 3 %
-    for five sizes (docs/planner.md). The
-    cost is far from linear in size, so the model looks these up for this host's rows instead of
-    an α-β line. Without ``step``: from a common idle release (rank 0's time)."""
+    for five sizes (docs/planner.md). The cost is far from linear in size, so the model looks these
+    up for this host's rows instead of an α-β line. Without ``step``: from a common idle release
+    (rank 0's time)."""
     import torch
     import torch.distributed as dist
     out: Dict[str, float] = {}
