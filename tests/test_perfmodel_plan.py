@@ -137,14 +137,18 @@ def test_emulated_links_here_share_the_cores_add_the_shaper_and_overlap():
     backward as on a link; elsewhere a byte costs the host's loopback time plus the shaper's 8/rate."""
     import dataclasses
     import workbench
-    from workbench.network.emulated import tbf_burst
+    from workbench.network.emulated import PAYLOAD_PER_FRAME, tbf_burst
     from workbench.plan import cluster_for, parse_bandwidths
     assert parse_bandwidths("loopback,emulated:100mbit") == ["loopback", "emulated:100mbit"]
     cl = cluster_for(workbench.compose([]), PROF, 4, "emulated:100mbit", 5e-5)
-    assert cl.bandwidth == pytest.approx(1 / (8 / 1e8 + 1 / PROF.beta))
-    assert cl.ar_bw == pytest.approx(1 / (8 / 1e8 + 1 / PROF.beta_allreduce))
+    rate = 12.5e6 * 1448 / 1514  # tc counts frames: 1448 payload bytes of TCP in each 1514-byte frame
+    assert PAYLOAD_PER_FRAME == 1448 / 1514
+    assert cl.bandwidth == pytest.approx(1 / (1 / rate + 1 / PROF.beta))
+    assert cl.ar_bw == pytest.approx(1 / (1 / rate + 1 / PROF.beta_allreduce))
     assert cl.latency == PROF.alpha and cl.concurrency(4) == 4
-    assert cl.shaper_rate == 1e8 / 8 and cl.shaper_burst == tbf_burst(1e8) == 50_000
+    burst = 50_000 * 1448 / 1514
+    assert cl.shaper_rate == pytest.approx(rate) and tbf_burst(1e8) == 50_000
+    assert cl.shaper_burst == pytest.approx(burst)
     comp = 10 * (4e-3 + 4e-4)
     ar = C.allreduce_time(M, 4, cl.ar_bw, PROF.alpha)
     assert not PROF.collectives  # no timings of this host's collectives: the α-β line, one bucket exposed
@@ -152,8 +156,8 @@ def test_emulated_links_here_share_the_cores_add_the_shaper_and_overlap():
     # with the in-situ timing of the one bucket's all-reduce, 2 ms
     here = dataclasses.replace(PROF, collectives={f"allreduce:float32:{M}": 2e-3})
     sent = meter.allreduce_bytes(M, 4)  # 60 000 bytes per rank
-    assert P.shaper_delay_s(cl, sent, 1.0) == pytest.approx((sent - 50_000) / 12.5e6)  # a full bucket
-    assert P.shaper_delay_s(cl, sent, 1e-3) == pytest.approx((sent - 12_500) / 12.5e6)  # refilled 1 ms
+    assert P.shaper_delay_s(cl, sent, 1.0) == pytest.approx((sent - burst) / rate)  # a full bucket
+    assert P.shaper_delay_s(cl, sent, 1e-3) == pytest.approx((sent - 1e-3 * rate) / rate)  # refilled 1 ms
     wait = P.shaper_delay_s(cl, sent, comp + 2e-3 + U)
     assert P.sync(here, cl).step_s == pytest.approx(comp + 2e-3 + wait + U)
     assert P.sync(here, dataclasses.replace(cl, ranks=3)).step_s != P.sync(here, cl).step_s  # other ranks: α-β
@@ -185,6 +189,41 @@ def test_ps_sync_waits_for_the_slowest_worker_and_the_servers_links():
     assert two.bytes["ps_control"] == {"sent": 64, "recv": 64}
     with pytest.raises(ValueError):
         P.ps_sync(PROF, net(1))
+
+
+def test_ps_behind_token_buckets_pays_what_the_refilled_burst_does_not_cover():
+    """On the emulated links (both directions of every link a token bucket) a lockstep push sends M
+    through each worker's bucket and W·M/S through each server's, starting with what refilled while
+    the link idled (compute, update, the other phase): ps/sync at 1 Gbit/s, 3 workers, 1 server."""
+    import workbench
+    from workbench.plan import cluster_for
+    prof = synthetic_profile(params_conv=100_000, params_fc=100_000)  # M = 800 kB
+    m = prof.model_bytes
+    cl = cluster_for(workbench.compose([]), prof, 4, "emulated:1gbit", 5e-5)
+    R, B, host = cl.shaper_rate, cl.shaper_burst, 1 / (1 / cl.bandwidth - 1 / cl.shaper_rate)
+    assert host == pytest.approx(prof.beta)
+    comp, apply = prof.sync_compute_s(3), prof.update_s()
+    assert comp + apply > B / R  # the buckets refill fully between phases: the hand case below
+    worker = 2 * prof.alpha + m / host + (m - B) / R
+    server = 3 * (2 * prof.alpha + m / host) + (3 * m - B) / R
+    p = P.ps_sync(prof, cl)
+    assert p.step_s == pytest.approx(comp + 2 * max(worker, server) + apply, rel=1e-9)
+    # a link with no shaper (a real network) charges every byte at the line rate, as before
+    real = P.ps_sync(prof, net(4))
+    assert real.step_s == pytest.approx(real.terms["compute"] + 2 * C.ps_transfer_time(m, 3, 1, GBIT, 5e-5) + apply)
+    # asynchronous, one worker: nothing queues, and both directions refill fully during compute
+    one = cluster_for(workbench.compose([]), prof, 2, "emulated:1gbit", 5e-5)
+    a = P.ps_async(prof, one)
+    c1 = prof.compute_s(1)
+    assert c1 > B / R
+    assert a.step_s == pytest.approx(c1 + 2 * (2 * prof.alpha + m / host + (m - B) / R) + apply, rel=1e-9)
+    # many workers on a slow link: the server's bucket never refills between pushes (the gap, 1/X − D,
+    # the fixed point of the service it sets, tends to 0) and the servers serve 1/D of the empty bucket
+    slow = cluster_for(workbench.compose([]), prof, 17, "emulated:50mbit", 5e-5)
+    q = P.ps_async(prof, slow)
+    d_empty = 2 * prof.alpha + m / host + m / slow.shaper_rate + apply
+    d_full = d_empty - slow.shaper_burst / slow.shaper_rate
+    assert 0.97 / d_empty < q.samples_per_s / prof.batch <= 1 / d_full and q.bottleneck == "server"
 
 
 def mva_residence(Z: float, D: float, N: int) -> float:
@@ -422,9 +461,10 @@ def test_bmuf_behind_emulated_links_pays_the_shaper_once_a_block():
     import workbench
     from workbench.plan import cluster_for
     here = dataclasses.replace(PROF, collectives={f"allreduce:float32:{M}": 2e-3})
-    cl = cluster_for(workbench.compose([]), here, 4, "emulated:10mbit", 5e-5)  # burst 16 KB, 1.25 MB/s
+    cl = cluster_for(workbench.compose([]), here, 4, "emulated:10mbit", 5e-5)  # burst 16 KB, 1.25 MB/s of frames
     comp, block = 10 * (4e-3 + 4e-4), 8
     assert P.bmuf(here, cl).terms["compute"] == pytest.approx(comp)
     sent = meter.allreduce_bytes(M, 4)
-    ar = 2e-3 + (sent - 16_000) / 1.25e6
+    e = 1448 / 1514  # payload bytes per byte of frame
+    ar = 2e-3 + (sent - 16_000 * e) / (1.25e6 * e)
     assert P.bmuf(here, cl, block=block).step_s == pytest.approx(comp + U + (ar + U) / block)

@@ -264,13 +264,14 @@ def cluster_for(cfg: DictConfig, prof: Profile, ranks: int, bw: str, latency_s: 
         # shaped link (8/rate): the two add. Compute shares the cores as on loopback, but a transfer
         # waits on the shaper, not the CPU, so it overlaps backward as on a real network.
         # Where the profile timed this host's collectives (its rank count), they are looked up
-        # instead and the shaper's token bucket added: ``shaper_rate``, ``shaper_burst``.
-        from workbench.network.emulated import tbf_burst
+        # instead and the shaper's token bucket added: ``shaper_rate``, ``shaper_burst``. The
+        # shaper counts frames, so a payload byte costs 1514/1448 of a byte of its rate.
+        from workbench.network.emulated import PAYLOAD_PER_FRAME, payload_rate, tbf_burst
         rate = bandwidth_bps(bw)
-        per_byte = 8 / rate
+        per_byte = 1 / payload_rate(rate)
         return Cluster(ranks, 1 / (per_byte + 1 / prof.beta), prof.alpha, 1 / (per_byte + 1 / prof.beta_allreduce),
                        shared_host=False, cores_shared=True, stragglers=stragglers, label=bw,
-                       shaper_rate=rate / 8, shaper_burst=tbf_burst(rate))
+                       shaper_rate=payload_rate(rate), shaper_burst=tbf_burst(rate) * PAYLOAD_PER_FRAME)
     return Cluster(ranks, bandwidth_bps(bw) / 8, latency_s, None, shared_host=False, stragglers=stragglers, label=bw)
 
 

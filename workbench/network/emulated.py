@@ -35,6 +35,18 @@ def tbf_burst(rate_bps: float) -> int:
     return max(16_000, int(rate_bps / 8 / 250))
 
 
+# What tc's rate counts: whole frames. A full TCP segment on these links (MTU 1500, Linux's
+# timestamps option on) carries 1448 payload bytes in a 1514-byte frame (Ethernet 14, IP 20,
+# TCP 32), so a link shaped to R bits/s moves R/8 · 1448/1514 bytes of payload a second.
+MTU, FRAME_HEADERS, TCP_IP_HEADERS = 1500, 14, 52
+PAYLOAD_PER_FRAME = (MTU - TCP_IP_HEADERS) / (MTU + FRAME_HEADERS)
+
+
+def payload_rate(rate_bps: float) -> float:
+    """Payload bytes/s of a link shaped to ``rate_bps`` (long TCP transfers: full segments)."""
+    return rate_bps / 8 * PAYLOAD_PER_FRAME
+
+
 def _run(cmd: List[str]) -> str:
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:

@@ -268,6 +268,57 @@ def crossover_bps(prof: Profile, cl: Cluster, compressor: str, lo: float = 1e3, 
 # ---------------------------------------------------------------------------------------------
 # Parameter server: hardsync, asynchronous, n-softsync
 
+def _host_bandwidth(cl: Cluster) -> float:
+    """Bytes/s of this host's stack alone on a shaped link (``cl.bandwidth`` is it and the shaper's
+    rate in series)."""
+    return 1 / max(1e-30, 1 / cl.bandwidth - 1 / cl.shaper_rate)
+
+
+def _ps_phase_s(prof: Profile, cl: Cluster, workers: int, servers: int, busy_s: float) -> float:
+    """One lockstep push (or pull) of the model: every worker's shard to every server at once
+    (``collectives.ps_transfer_time``). Behind token buckets (the emulated links; both directions of
+    every link shaped) the worker's link carries M and a server's link W·M/S, each starting with the
+    tokens refilled while that direction idled: during the other phase and ``busy_s`` (compute and
+    the update). At 1 Gbit/s the bucket holds 500 KB: a worker's 605 KB small-CNN push waits for
+    105 KB, where 8/rate per byte charged it 605 KB."""
+    if cl.shaper_rate <= 0:
+        return C.ps_transfer_time(prof.model_bytes, workers, servers, cl.bandwidth, cl.latency)
+    n, host = prof.model_bytes, _host_bandwidth(cl)
+
+    def phase(idle: float) -> float:
+        worker = C.PS_MESSAGES * cl.latency + n / host + shaper_delay_s(cl, n, idle)
+        server = workers * (C.PS_MESSAGES * cl.latency + n / (servers * host)) + shaper_delay_s(cl, workers * n / servers, idle)
+        return max(worker, server)
+    # the phase's link idles for the other phase: x = phase(busy + x), one root (phase falls as idle grows)
+    lo, hi = 0.0, phase(busy_s)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if mid < phase(busy_s + mid) else (lo, mid)
+    return hi
+
+
+def _ps_exchange_s(prof: Profile, cl: Cluster, servers: int, worker_idle: float, server_idle: float) -> float:
+    """One worker's push and pull of the model when the servers are free: a header and a payload
+    each way. Behind token buckets the worker's link carries M, each server's M/S, each direction
+    starting with the tokens refilled while it idled (``worker_idle``, ``server_idle``)."""
+    n = prof.model_bytes
+    if cl.shaper_rate <= 0:
+        return 2 * C.ps_transfer_time(n, 1, servers, cl.bandwidth, cl.latency)
+    one_way = C.PS_MESSAGES * cl.latency + n / _host_bandwidth(cl) + max(
+        shaper_delay_s(cl, n, worker_idle), shaper_delay_s(cl, n / servers, server_idle))
+    return 2 * one_way
+
+
+def _ps_service_s(prof: Profile, cl: Cluster, servers: int, server_idle: float) -> float:
+    """A server's busy time per exchange (``collectives.server_service_time``); behind a token
+    bucket the push in waits for what the bucket did not refill in ``server_idle``."""
+    if cl.shaper_rate <= 0:
+        return C.server_service_time(prof.model_bytes, servers, cl.bandwidth, cl.latency)
+    shard = prof.model_bytes / servers
+    return (C.PS_MESSAGES * cl.latency + shard / _host_bandwidth(cl) + shaper_delay_s(cl, shard, server_idle)
+            + max(0.0, shard - C.SEND_BUFFER) / cl.shaper_rate)
+
+
 def _ps_bytes(prof: Profile, servers: int, push: str = "grad_push", every: int = 1) -> Dict[str, Dict[str, float]]:
     m = prof.model_bytes
     return {push: _cat(m / every, 0), "param_pull": _cat(0, m / every),
@@ -280,8 +331,8 @@ def ps_sync(prof: Profile, cl: Cluster, servers: int = 1) -> Prediction:
     if w < 1:
         raise ValueError(f"a parameter server with {servers} servers needs more than {servers} ranks, got {cl.ranks}")
     comp = max(_worker_compute(prof, cl, w, lockstep=True))
-    xfer = 2 * C.ps_transfer_time(prof.model_bytes, w, servers, cl.bandwidth, cl.latency)
     apply = prof.update_s() / servers
+    xfer = 2 * _ps_phase_s(prof, cl, w, servers, comp + apply)
     step = comp + xfer + apply
     terms = {"compute": comp, "push_pull": xfer, "server_apply": apply}
     kinds = {"compute": "compute", "push_pull": "link", "server_apply": "server"}
@@ -304,12 +355,30 @@ def _async(prof: Profile, cl: Cluster, workers: int, servers: int, per_exchange_
     and then the reply: docs/planner.md has the server's timeline that changed both.)"""
     comps = _worker_compute(prof, cl, workers)
     upd = prof.update_s() if local_update else 0.0
-    # a worker's exchange when the servers are free: header + payload out, then back, and the update
-    exch = 2 * C.ps_transfer_time(prof.model_bytes, 1, servers, cl.bandwidth, cl.latency) + per_update
-    cycles = [per_exchange_steps * (c + upd) + exch for c in comps]  # seconds per exchange, per worker, alone
-    service = C.server_service_time(prof.model_bytes, servers, cl.bandwidth, cl.latency) + per_update
-    service = min(service, min(cycles))  # the part of an exchange spent at the servers
-    x, resid = mva([t - service for t in cycles], service)  # exchanges/s per worker, time at the servers
+    local = min(per_exchange_steps * (c + upd) for c in comps)  # a worker's link idles at least this long
+
+    def solve(server_idle: float):
+        # a worker's exchange when the servers are free: header + payload out, then back, and the update
+        exch = _ps_exchange_s(prof, cl, servers, local, server_idle) + per_update
+        cycles = [per_exchange_steps * (c + upd) + exch for c in comps]  # seconds per exchange, per worker, alone
+        service = _ps_service_s(prof, cl, servers, server_idle) + per_update
+        service = min(service, min(cycles))  # the part of an exchange spent at the servers
+        x, resid = mva([t - service for t in cycles], service)  # exchanges/s per worker, time at the servers
+        return exch, cycles, service, x, resid
+
+    exch, cycles, service, x, resid = solve(math.inf)
+    if cl.shaper_rate > 0:
+        # Behind token buckets a server's link starts each push with what refilled since the last
+        # one, 1/X − D at X exchanges/s: a shorter service raises X and shortens the gap, so the
+        # gap is the fixed point of the two (bisection; gap(g) falls as g grows).
+        def gap(g: float) -> float:
+            _, _, d, xs, _ = solve(g)
+            return max(0.0, 1 / sum(xs) - (d - per_update))
+        lo, hi = 0.0, gap(0.0)
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if gap(mid) > mid else (lo, mid)
+        exch, cycles, service, x, resid = solve(hi)
     cyc = [t - service + r for t, r in zip(cycles, resid)]
     step = cyc[0] / per_exchange_steps  # worker 0's, what its meter records
     samples = sum(x) * per_exchange_steps * prof.batch

@@ -33,8 +33,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from workbench.perfmodel.stanza import StanzaInputs
 
-PROFILE_VERSION = 3  # 2: free-running levels, lockstep spans, collectives timed at their sizes, α the floor;
-# 3: collectives timed in situ, after a lockstep backward
+PROFILE_VERSION = 4  # 2: free-running levels, lockstep spans, collectives timed at their sizes, α the floor;
+# 3: collectives timed in situ, after a lockstep backward; 4: in a free-running loop, less the lockstep span
 
 
 def _median_time(fn, steps: int, device, warmup: bool = True) -> float:
@@ -199,45 +199,57 @@ def lockstep(model, x, y, meter, device, comm_device, min_reps: int) -> Tuple[fl
 
 
 def measure_collectives(items, meter, comm_device, step: Optional[Callable[[], None]] = None,
-                        reps: int = 9) -> Dict[str, float]:
+                        reps: int = 9, span_s: float = 0.0) -> Dict[str, float]:
     """Seconds of each collective at the sizes and dtypes a run will issue, every rank taking part
     (``items``: (collective, dtype, bytes), the same list on every rank), as
-    ``"<collective>:<dtype>:<bytes>"`` -> the median over ``reps`` releases.
+    ``"<collective>:<dtype>:<bytes>"`` -> seconds.
 
-    Timed *in situ*: with ``step`` (one batch's zero_grad+forward+backward), every rank computes
-    first, as in a training step, and the collective's cost is from the **last** rank's end of that
-    backward to the last rank's end of the collective (one host, one monotonic clock). On a host
-    whose ranks outnumber its cores, a ring's 2(p−1) stages each wait for a rank the scheduler may
-    have parked, and after a backward far more than from a common idle start: 3 ranks on 2 cores
-    here, a 12 KB all-gather took 1.4 ms from a barrier and 4.2 ms after a backward, and the medians
-    of 60 releases, summed with the compute's span, gave a free-running loop of the two within 3 %
-    for five sizes (docs/planner.md). The cost is far from linear in size, so the model looks these
-    up for this host's rows instead of an α-β line. Without ``step``: from a common idle release
-    (rank 0's time)."""
+    Timed *in the loop*: with ``step`` (one batch's zero_grad+forward+backward), every rank runs
+    ``step(); collective`` back to back, as a training loop does, and the collective costs the
+    loop's median period less ``span_s``, the lockstep span of ``step`` (:func:`lockstep`), so that
+    span + cost is the loop's period. On a host whose ranks outnumber its cores a collective's
+    ranks leave it at different times, and the next step starts as skewed: 3 ranks on 2 cores here
+    left a 605 KB all-reduce 2.5 ms apart, and a collective timed after a barrier-released backward
+    (this function until 2026-12-01) missed that skew: 3.2–3.3 ms for the small CNN's all-reduce,
+    where the loop paid 3.8 ms over the span, and span + 3.8 ms + the update, 7.7–7.9 ms, is what a
+    bare DDP loop took then, 7.3–7.8 ms (docs/planner.md). The cost is far from linear in size, so the model looks these
+    up for this host's rows instead of an α-β line. Without ``step``: the median of ``reps``
+    collectives from a common idle release (rank 0's time)."""
     import torch
     import torch.distributed as dist
     out: Dict[str, float] = {}
+    warm = min(3, reps)
     for coll, dtype, nbytes in items:
         dt = getattr(torch, dtype)
         t = torch.zeros(max(1, int(nbytes) // torch.tensor([], dtype=dt).element_size()), dtype=dt, device=comm_device)
-        times = []
-        for i in range(reps + 1):
-            meter.barrier("profile")
-            if step is not None:
-                step()
-            t1 = time.perf_counter()
+
+        def once():
             if coll == "allreduce":
                 meter.all_reduce(t, "profile")
             else:
                 meter.all_gather_varlen(t, "profile")
-            t2 = time.perf_counter()
-            if step is not None:  # the last rank's backward end and collective end
-                ts = torch.tensor([t1, t2], dtype=torch.float64, device=comm_device)
-                meter.all_reduce(ts, "profile", op=dist.ReduceOp.MAX)
-                t1, t2 = ts.cpu().tolist()
-            if i:
-                times.append(t2 - t1)
-        out[f"{coll}:{dtype}:{int(nbytes)}"] = statistics.median(times)
+        meter.barrier("profile")
+        if step is None:
+            times = []
+            for i in range(reps + 1):
+                meter.barrier("profile")
+                t1 = time.perf_counter()
+                once()
+                if i:
+                    times.append(time.perf_counter() - t1)
+            out[f"{coll}:{dtype}:{int(nbytes)}"] = statistics.median(times)
+            continue
+        ends = []
+        for _ in range(reps + warm + 1):
+            step()
+            once()
+            ends.append(time.perf_counter())
+        period = statistics.median(b - a for a, b in zip(ends[warm:], ends[warm + 1:]))
+        # the ranks' medians agree to within noise; every rank takes the same value
+        per = torch.tensor([period], dtype=torch.float64, device=comm_device)
+        meter.all_reduce(per, "profile", op=dist.ReduceOp.SUM)
+        period = per.item() / dist.get_world_size()
+        out[f"{coll}:{dtype}:{int(nbytes)}"] = max(period - span_s, 0.0)
     return out
 
 
@@ -506,7 +518,8 @@ def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, steps
         # since each rank's own count once deadlocked (see lockstep)
         n = torch.tensor([max(3, min(60, int(0.5 / max(_median_time(step, 2, cpu), 1e-6))))], dtype=torch.int64)
         dist.all_reduce(n, op=dist.ReduceOp.MAX)
-        colls = measure_collectives(items[0], meter, cpu, step, reps=int(n.item())) if world > 1 else {}
+        colls = measure_collectives(items[0], meter, cpu, step, reps=int(n.item()), span_s=m["span_at"][-1]) \
+            if world > 1 else {}
         dist.barrier()
         if rank == 0:
             counts = model.param_counts()
