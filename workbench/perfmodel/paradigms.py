@@ -25,7 +25,9 @@ AR(n, p) / AG(n, p) / PS(n, W, S) the collective times of :mod:`workbench.perfmo
 - ``ps/async`` and ``staleness`` (n-softsync, c = ⌊W/n⌋ gradients per update): a worker never waits
   for the others; a server serves one exchange at a time in s = 2(2α + M/(S·β)) + U/(S·c) (a header
   and a payload each way). Throughput in gradients per second is Σ_i 1/T_i,
-  T_i = C_W·f_i + d_i + 2·PS(M, 1, S) + U/(S·c), capped by the servers at 1/s.
+  T_i = C_W·f_i + d_i + 2·PS(M, 1, S) + U/(S·c), capped by the servers at 1/s. Behind this
+  host's emulated links every transfer of the PS rows passes the token buckets of both ends: what
+  a bucket refilled while its direction idled goes at the host's speed, the rest at the rate.
 - ``stanza/n_f=k``: :func:`workbench.perfmodel.stanza.step_time` on the profile's inputs.
 - ``easgd``: local steps (C_W + U), and every τ steps an exchange of M with the servers (queued at
   the servers like ``ps/async``); ``mode=sync`` waits for the slowest worker.
@@ -352,7 +354,9 @@ def _async(prof: Profile, cl: Cluster, workers: int, servers: int, per_exchange_
     Exact mean-value analysis (:func:`mva`) gives each worker's cycle Z_i + R_i with R_i = D·(1 + the
     queue it finds), which lies between the closed queue's bounds max(Z + D, W·D) and Z + W·D.
     (Until 2026-12-01 the throughput bound min(Σ 1/T_i, 1/s) itself, with a server busy for the push
-    and then the reply: docs/planner.md has the server's timeline that changed both.)"""
+    and then the reply: docs/planner.md has the server's timeline that changed both.) Behind token
+    buckets (``_ps_service_s``, ``_ps_exchange_s``) the small CNN's 605 KB exchanges at 1 Gbit/s
+    mostly pass in the refilled burst: 2 workers cycled in 10.1 ms where 8/rate a byte said 14.3."""
     comps = _worker_compute(prof, cl, workers)
     upd = prof.update_s() if local_update else 0.0
     local = min(per_exchange_steps * (c + upd) for c in comps)  # a worker's link idles at least this long
@@ -369,12 +373,14 @@ def _async(prof: Profile, cl: Cluster, workers: int, servers: int, per_exchange_
     exch, cycles, service, x, resid = solve(math.inf)
     if cl.shaper_rate > 0:
         # Behind token buckets a server's link starts each push with what refilled since the last
-        # one, 1/X − D at X exchanges/s: a shorter service raises X and shortens the gap, so the
-        # gap is the fixed point of the two (bisection; gap(g) falls as g grows).
+        # one, the gap 1/X − D at X exchanges/s, and the gap sets D: its fixed point, by bisection
+        # on g − gap(g), which rises (gap's slope is at most 1 − 1/W).
         def gap(g: float) -> float:
             _, _, d, xs, _ = solve(g)
             return max(0.0, 1 / sum(xs) - (d - per_update))
-        lo, hi = 0.0, gap(0.0)
+        # the root lies below the larger of the gaps at an empty and a full bucket (gap is monotone in
+        # g: falling when the servers saturate, rising with slope 1 − 1/W before)
+        lo, hi = 0.0, max(gap(0.0), gap(math.inf))
         for _ in range(40):
             mid = (lo + hi) / 2
             lo, hi = (mid, hi) if gap(mid) > mid else (lo, mid)
