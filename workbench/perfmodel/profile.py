@@ -212,13 +212,15 @@ def measure_collectives(items, meter, comm_device, step: Optional[Callable[[], N
     left a 605 KB all-reduce 2.5 ms apart, and a collective timed after a barrier-released backward
     (this function until 2026-12-01) missed that skew: 3.2–3.3 ms for the small CNN's all-reduce,
     where the loop paid 3.8 ms over the span, and span + 3.8 ms + the update, 7.7–7.9 ms, is what a
-    bare DDP loop took then, 7.3–7.8 ms (docs/planner.md). The cost is far from linear in size, so the model looks these
-    up for this host's rows instead of an α-β line. Without ``step``: the median of ``reps``
-    collectives from a common idle release (rank 0's time)."""
+    bare DDP loop took then, 7.3–7.8 ms (docs/planner.md). The cost is far from linear in size, so
+    the model looks these up for this host's rows instead of an α-β line. Without ``step``: the
+    median of ``reps`` collectives from a common idle release (rank 0's time)."""
     import torch
     import torch.distributed as dist
     out: Dict[str, float] = {}
-    warm = min(3, reps)
+    # periods left out while the ranks fall into the loop's skew: the first starts together (a
+    # barrier); one is enough where a step takes seconds (VGG-16: dozens of payloads, 3 periods each)
+    warm = 3 if reps >= 10 else 1
     for coll, dtype, nbytes in items:
         dt = getattr(torch, dtype)
         t = torch.zeros(max(1, int(nbytes) // torch.tensor([], dtype=dt).element_size()), dtype=dt, device=comm_device)
