@@ -40,13 +40,16 @@ def _prepare_many(root: str) -> int:
     return failures
 
 
+@pytest.mark.timeout(180)
 def test_tasks_preparing_one_run_directory_at_once_do_not_collide(tmp_path):
     """Every SLURM task calls launch(), so all of a job's tasks prepare the same run directory at
     the same moment; a shared temporary file name made one of them fail with FileNotFoundError
     (seen in CI as a SLURM run whose rank 0 died and whose rank 1 timed out)."""
     import multiprocessing as mp
-    with mp.get_context("fork").Pool(4) as pool:
-        assert sum(pool.map(_prepare_many, [str(tmp_path)] * 4)) == 0
+    # spawned, not forked: a child forked from this test process (threads of earlier tests, a
+    # Python SIGTERM handler) once hung in a lock and ignored the pool's terminate, for 600 s
+    with mp.get_context("spawn").Pool(4) as pool:
+        assert sum(pool.map_async(_prepare_many, [str(tmp_path)] * 4).get(timeout=120)) == 0
     assert all((tmp_path / f"run{i}" / "config.yaml").exists() for i in range(12))
     assert not list(tmp_path.rglob("*.tmp"))
 
