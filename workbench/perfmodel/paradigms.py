@@ -276,6 +276,15 @@ def _host_bandwidth(cl: Cluster) -> float:
     return 1 / max(1e-30, 1 / cl.bandwidth - 1 / cl.shaper_rate)
 
 
+def _increasing_root(h: Callable[[float], float], lo: float, hi: float, rounds: int) -> float:
+    """The upper end of the bracket [lo, hi] around the root of a rising ``h`` after ``rounds``
+    halvings (the fixed points below: a transfer's time and the link idle time it leaves)."""
+    for _ in range(rounds):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if h(mid) < 0 else (lo, mid)
+    return hi
+
+
 def _ps_phase_s(prof: Profile, cl: Cluster, workers: int, servers: int, busy_s: float) -> float:
     """One lockstep push (or pull) of the model: every worker's shard to every server at once
     (``collectives.ps_transfer_time``). Behind token buckets (the emulated links; both directions of
@@ -292,11 +301,7 @@ def _ps_phase_s(prof: Profile, cl: Cluster, workers: int, servers: int, busy_s: 
         server = workers * (C.PS_MESSAGES * cl.latency + n / (servers * host)) + shaper_delay_s(cl, workers * n / servers, idle)
         return max(worker, server)
     # the phase's link idles for the other phase: x = phase(busy + x), one root (phase falls as idle grows)
-    lo, hi = 0.0, phase(busy_s)
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if mid < phase(busy_s + mid) else (lo, mid)
-    return hi
+    return _increasing_root(lambda x: x - phase(busy_s + x), 0.0, phase(busy_s), 60)
 
 
 def _ps_exchange_s(prof: Profile, cl: Cluster, servers: int, worker_idle: float, server_idle: float) -> float:
@@ -370,7 +375,7 @@ def _async(prof: Profile, cl: Cluster, workers: int, servers: int, per_exchange_
         x, resid = mva([t - service for t in cycles], service)  # exchanges/s per worker, time at the servers
         return exch, cycles, service, x, resid
 
-    exch, cycles, service, x, resid = solve(math.inf)
+    server_idle = math.inf  # no token bucket: the servers' links have no memory of their idle time
     if cl.shaper_rate > 0:
         # Behind token buckets a server's link starts each push with what refilled since the last
         # one, the gap 1/X − D at X exchanges/s, and the gap sets D: its fixed point, by bisection
@@ -380,11 +385,8 @@ def _async(prof: Profile, cl: Cluster, workers: int, servers: int, per_exchange_
             return max(0.0, 1 / sum(xs) - (d - per_update))
         # the root lies below the larger of the gaps at an empty and a full bucket (gap is monotone in
         # g: falling when the servers saturate, rising with slope 1 − 1/W before)
-        lo, hi = 0.0, max(gap(0.0), gap(math.inf))
-        for _ in range(40):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if gap(mid) > mid else (lo, mid)
-        exch, cycles, service, x, resid = solve(hi)
+        server_idle = _increasing_root(lambda g: g - gap(g), 0.0, max(gap(0.0), gap(math.inf)), 40)
+    exch, cycles, service, x, resid = solve(server_idle)
     cyc = [t - service + r for t, r in zip(cycles, resid)]
     step = cyc[0] / per_exchange_steps  # worker 0's, what its meter records
     samples = sum(x) * per_exchange_steps * prof.batch

@@ -230,7 +230,6 @@ def measure_collectives(items, meter, comm_device, step: Optional[Callable[[], N
                 meter.all_reduce(t, "profile")
             else:
                 meter.all_gather_varlen(t, "profile")
-        meter.barrier("profile")
         if step is None:
             times = []
             for i in range(reps + 1):
@@ -241,6 +240,7 @@ def measure_collectives(items, meter, comm_device, step: Optional[Callable[[], N
                     times.append(time.perf_counter() - t1)
             out[f"{coll}:{dtype}:{int(nbytes)}"] = statistics.median(times)
             continue
+        meter.barrier("profile")
         ends = []
         for _ in range(reps + warm + 1):
             step()
