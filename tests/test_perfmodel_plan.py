@@ -284,6 +284,46 @@ def test_softsync_pays_the_update_once_per_c_gradients():
         P.staleness(PROF, net(lam + 1), n=lam + 1)
 
 
+def test_ps_rows_on_this_host_take_the_loop_the_profile_timed():
+    """On loopback at the profiled ranks with one server, ``ps/sync`` is the hardsync loop the
+    profile timed beyond the workers' lockstep span, and every asynchronous row shares one factor
+    f on the exchange's α-β times: the one at which ``ps/async``'s queue cycles in the timed async
+    loop. n-softsync and EASGD then follow by hand with that f; other ranks, an emulated link or a
+    speed-up keep the α-β exchange."""
+    import dataclasses
+    from workbench.plan import cluster_for
+    import workbench
+    prof = dataclasses.replace(PROF, loops={"ps/async": 0.05, "ps/sync": 0.06})
+    cfg = workbench.compose([])
+    here = cluster_for(cfg, prof, 4, "loopback", 5e-5)
+    a = P.ps_async(prof, here)
+    assert a.step_s == pytest.approx(0.05, rel=1e-9)
+    f = P._loop_scale(prof, here, 1)
+    comp, bw, lat = prof.compute_s(3), prof.beta, prof.alpha
+
+    def queued(steps, local, per_update):
+        alone = steps * (comp + local) + f * 2 * C.ps_transfer_time(M, 1, 1, bw, lat) + per_update
+        D = f * C.server_service_time(M, 1, bw, lat) + per_update
+        return alone - D + mva_residence(alone - D, D, 3)
+    assert queued(1, 0, U) == pytest.approx(0.05, rel=1e-9) and f > 1  # the loop is slower than α-β says
+    assert P.staleness(prof, here, n=1).step_s == pytest.approx(queued(1, 0, U / 3))  # c = 3
+    assert P.easgd(prof, here, period=4).step_s == pytest.approx(queued(4, U, U) / 4)
+    # hardsync: the loop, and a straggler's extra compute on top of it
+    assert P.ps_sync(prof, here).step_s == pytest.approx(0.06)
+    slow = dataclasses.replace(here, stragglers=((1, 2.0, 0.0),))
+    assert P.ps_sync(prof, slow).step_s == pytest.approx(0.06 + prof.sync_compute_s(3))
+    assert P.ps_async(prof, slow).step_s != pytest.approx(0.05)  # the straggler changes the queue, f does not
+    # a loop faster than the workers' compute alone: no exchange cost at all
+    fast = dataclasses.replace(PROF, loops={"ps/async": comp / 2})
+    assert P._loop_scale(fast, here, 1) == 0.0
+    # elsewhere the α-β exchange, as without the loops
+    for cl in (cluster_for(cfg, prof, 3, "loopback", 5e-5), cluster_for(cfg, prof, 4, "emulated:1gbit", 5e-5), net(4)):
+        assert P.ps_async(prof, cl).step_s == P.ps_async(PROF, cl).step_s
+        assert P.ps_sync(prof, cl).step_s == P.ps_sync(PROF, cl).step_s
+    assert P.ps_async(prof.with_speedup(2.0), here).step_s == P.ps_async(PROF.with_speedup(2.0), here).step_s
+    assert P.ps_async(prof, here, servers=2).step_s == P.ps_async(PROF, here, servers=2).step_s
+
+
 def test_bmuf_and_easgd_amortise_their_exchange():
     comp = 10 * 1.1e-3
     b = P.bmuf(PROF, net(4), block=8)
@@ -414,6 +454,9 @@ def test_verify_json_small_cnn_three_ranks_bytes_exact(tmp_path, capsys):
         assert r["measured_bytes_by_category"] == pytest.approx(
             {k: v for k, v in r["predicted_bytes_by_category"].items() if v}, rel=0, abs=1e-9), r["paradigm"]
         assert math.isfinite(r["error"]) and r["measured_step_s"] > 0
+    # the profile timed the parameter server's loops on these ranks (what the loopback PS rows use)
+    prof = Profile.load(next((tmp_path / "profiles").glob("*.json")))
+    assert set(prof.loops) == {"ps/async", "ps/sync"} and min(prof.loops.values()) > 0
 
 
 def test_perfmodel_imports_run_down():

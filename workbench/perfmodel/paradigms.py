@@ -28,6 +28,10 @@ AR(n, p) / AG(n, p) / PS(n, W, S) the collective times of :mod:`workbench.perfmo
   T_i = C_W·f_i + d_i + 2·PS(M, 1, S) + U/(S·c), capped by the servers at 1/s. Behind this
   host's emulated links every transfer of the PS rows passes the token buckets of both ends: what
   a bucket refilled while its direction idled goes at the host's speed, the rest at the rate.
+  On loopback at the profiled ranks with one server the profile timed the PS loop itself
+  (``Profile.loops``): ``ps/sync`` is its hardsync period beyond the workers' lockstep span, and
+  the asynchronous rows scale the exchange's α-β times by the one factor at which ``ps/async``'s
+  queue cycles in the timed asynchronous period (:func:`_loop_scale`).
 - ``stanza/n_f=k``: :func:`workbench.perfmodel.stanza.step_time` on the profile's inputs.
 - ``easgd``: local steps (C_W + U), and every τ steps an exchange of M with the servers (queued at
   the servers like ``ps/async``); ``mode=sync`` waits for the slowest worker.
@@ -326,6 +330,37 @@ def _ps_service_s(prof: Profile, cl: Cluster, servers: int, server_idle: float) 
             + max(0.0, shard - C.SEND_BUFFER) / cl.shaper_rate)
 
 
+def _ps_loop_s(prof: Profile, cl: Cluster, mode: str, servers: int) -> Optional[float]:
+    """The parameter server's loop as the profile timed it on this host (``Profile.loops``
+    ``"ps/<mode>"``, mode "async" or "sync", seconds per worker step), when the row is that loop:
+    loopback, the profiled ranks, one server, the profile's own speed; else None."""
+    if cl.shared_host and servers == 1 and cl.ranks == prof.ranks and prof.speedup == 1.0:
+        return prof.loops.get(f"ps/{mode}")
+    return None
+
+
+def _loop_scale(prof: Profile, cl: Cluster, servers: int) -> float:
+    """How many times the α-β exchange (``_ps_exchange_s``, ``_ps_service_s``) the asynchronous
+    PS loop on this host pays: the factor f at which ``ps/async``'s queue (c = 1, no stragglers)
+    cycles in the loop's timed period. One measured period, one factor, used by every
+    asynchronous row on this host (n-softsync's fewer updates, EASGD's longer think time,
+    stragglers): the host's cost of moving the PS pattern's bytes while the other workers
+    compute, which the idle ping-pong's α and β do not see (docs/planner.md). 1 elsewhere."""
+    loop = _ps_loop_s(prof, cl, "async", servers)
+    if loop is None:
+        return 1.0
+    plain, w = replace(cl, stragglers=()), cl.ranks - servers
+
+    def at(f: float) -> float:
+        return _async(prof, plain, w, servers, 1, False, prof.update_s() / servers, {}, scale=f).step_s
+    if at(0.0) >= loop:
+        return 0.0
+    hi = 1.0
+    while at(hi) < loop and hi < 1e6:
+        hi *= 2
+    return _increasing_root(lambda f: at(f) - loop, 0.0, hi, 60)
+
+
 def _ps_bytes(prof: Profile, servers: int, push: str = "grad_push", every: int = 1) -> Dict[str, Dict[str, float]]:
     m = prof.model_bytes
     return {push: _cat(m / every, 0), "param_pull": _cat(0, m / every),
@@ -339,7 +374,11 @@ def ps_sync(prof: Profile, cl: Cluster, servers: int = 1) -> Prediction:
         raise ValueError(f"a parameter server with {servers} servers needs more than {servers} ranks, got {cl.ranks}")
     comp = max(_worker_compute(prof, cl, w, lockstep=True))
     apply = prof.update_s() / servers
-    xfer = 2 * _ps_phase_s(prof, cl, w, servers, comp + apply)
+    loop = _ps_loop_s(prof, cl, "sync", servers)
+    if loop is not None:  # this host's hardsync round, timed in the loop, beyond the workers' lockstep span
+        xfer = max(0.0, loop - prof.sync_compute_s(w) - apply)
+    else:
+        xfer = 2 * _ps_phase_s(prof, cl, w, servers, comp + apply)
     step = comp + xfer + apply
     terms = {"compute": comp, "push_pull": xfer, "server_apply": apply}
     kinds = {"compute": "compute", "push_pull": "link", "server_apply": "server"}
@@ -349,7 +388,7 @@ def ps_sync(prof: Profile, cl: Cluster, servers: int = 1) -> Prediction:
 
 
 def _async(prof: Profile, cl: Cluster, workers: int, servers: int, per_exchange_steps: int, local_update: bool,
-           per_update: float, bytes_: Dict[str, Dict[str, float]]) -> Prediction:
+           per_update: float, bytes_: Dict[str, Dict[str, float]], scale: Optional[float] = None) -> Prediction:
     """Asynchronous PS protocols as a closed queueing network: workers cycle through compute (and a
     local update), every ``per_exchange_steps`` steps an exchange with the servers. The servers are
     one FIFO queue: the real loop posts one receive at a time, and gloo moves a payload only into a
@@ -361,16 +400,19 @@ def _async(prof: Profile, cl: Cluster, workers: int, servers: int, per_exchange_
     (Until 2026-12-01 the throughput bound min(Σ 1/T_i, 1/s) itself, with a server busy for the push
     and then the reply: docs/planner.md has the server's timeline that changed both.) Behind token
     buckets (``_ps_service_s``, ``_ps_exchange_s``) the small CNN's 605 KB exchanges at 1 Gbit/s
-    mostly pass in the refilled burst: 2 workers cycled in 10.1 ms where 8/rate a byte said 14.3."""
+    mostly pass in the refilled burst: 2 workers cycled in 10.1 ms where 8/rate a byte said 14.3.
+    ``scale`` multiplies the exchange's transfer times (:func:`_loop_scale`, this host's loop; by
+    default computed)."""
+    f = _loop_scale(prof, cl, servers) if scale is None else scale
     comps = _worker_compute(prof, cl, workers)
     upd = prof.update_s() if local_update else 0.0
     local = min(per_exchange_steps * (c + upd) for c in comps)  # a worker's link idles at least this long
 
     def solve(server_idle: float):
         # a worker's exchange when the servers are free: header + payload out, then back, and the update
-        exch = _ps_exchange_s(prof, cl, servers, local, server_idle) + per_update
+        exch = f * _ps_exchange_s(prof, cl, servers, local, server_idle) + per_update
         cycles = [per_exchange_steps * (c + upd) + exch for c in comps]  # seconds per exchange, per worker, alone
-        service = _ps_service_s(prof, cl, servers, server_idle) + per_update
+        service = f * _ps_service_s(prof, cl, servers, server_idle) + per_update
         service = min(service, min(cycles))  # the part of an exchange spent at the servers
         x, resid = mva([t - service for t in cycles], service)  # exchanges/s per worker, time at the servers
         return exch, cycles, service, x, resid

@@ -11,6 +11,8 @@ A :class:`Profile` holds, for one model, data shape and per-worker batch, measur
 - ``alpha``, ``beta``: latency and bandwidth of one point-to-point message between two ranks, and
   ``beta_allreduce``, the ring all-reduce's per-rank bandwidth (they differ on shared memory);
 - ``buckets``: DDP's gradient buckets as they are after its rebuild at step 1 (numel and shapes);
+- ``loops``: loops of the layers above timed in place (the parameter server's, seconds per worker
+  step: ``workbench.ps.profile``), handed in by the caller as the codecs are;
 - ``codecs``: per compressor, per bucket, the payloads its codec puts into collectives (bytes,
   collective, meter category: exact, they are the bytes the meter will count) and its encode+decode
   seconds, measured by :func:`workbench.compress.profile.measure_codecs` (handed in by the caller).
@@ -33,8 +35,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from workbench.perfmodel.stanza import StanzaInputs
 
-PROFILE_VERSION = 4  # 2: free-running levels, lockstep spans, collectives timed at their sizes, α the floor;
-# 3: collectives timed in situ, after a lockstep backward; 4: in a free-running loop, less the lockstep span
+PROFILE_VERSION = 5  # 2: free-running levels, lockstep spans, collectives timed at their sizes, α the floor;
+# 3: collectives timed in situ, after a lockstep backward; 4: in a free-running loop, less the lockstep span;
+# 5: the loops of the layers above timed too (the parameter server's)
 
 
 def _median_time(fn, steps: int, device, warmup: bool = True) -> float:
@@ -302,6 +305,9 @@ class Profile:
     buckets: List[dict]  # DDP buckets after the rebuild: {"numel", "shapes"}
     span_at: Tuple[float, ...] = ()  # s per batch from a common start to the last of k ranks' backward (lockstep)
     collectives: Dict[str, float] = field(default_factory=dict)  # "<collective>:<dtype>:<bytes>" -> s, measured here
+    # loops timed here by the layers that run them (``measure(loop_fns=...)``): name -> s per worker step,
+    # e.g. "ps/async", "ps/sync": the parameter server's, ranks − 1 workers and one server
+    loops: Dict[str, float] = field(default_factory=dict)
     codecs: Dict[str, dict] = field(default_factory=dict)  # compressor -> {"payloads": [[{collective, bytes, category}...] per bucket], "codec_s": [...]}
     machine: dict = field(default_factory=dict)  # where and how it was measured
     speedup: float = 1.0  # compute divided by this (planning for faster hardware)
@@ -441,7 +447,7 @@ def cache_path(cfg, ranks: int, root="experiments") -> Path:
 # ---------------------------------------------------------------------------------------------
 # Measuring: spawn the ranks here, profile, return rank 0's result
 
-def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, steps: int, queue) -> None:
+def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, loop_fns, steps: int, queue) -> None:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -522,11 +528,14 @@ def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, steps
         dist.all_reduce(n, op=dist.ReduceOp.MAX)
         colls = measure_collectives(items[0], meter, cpu, step, reps=int(n.item()), span_s=m["span_at"][-1]) \
             if world > 1 else {}
+        # the loops a layer above times here (the parameter server's: ``workbench.ps.profile``), in name order
+        loops = {name: loop_fns[name](model, step, meter, cpu, make_optimizer, int(n.item()))
+                 for name in sorted(loop_fns)} if world > 1 else {}
         dist.barrier()
         if rank == 0:
             counts = model.param_counts()
             queue.put({**m, "fwd_share": share, "buckets": buckets, "codecs": codecs, "bucket_cap_mb": cap,
-                       "collectives": colls,
+                       "collectives": colls, "loops": loops,
                        "boundary": model.boundary_size(spec), "params_conv": counts["features"],
                        "params_fc": counts["classifier"], "param_shapes": [tuple(p.shape) for p in model.parameters()],
                        "threads": torch.get_num_threads()})
@@ -545,17 +554,20 @@ def _free_port() -> int:
 
 
 def measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, steps: int = 3,
-            codec_fn: Optional[Callable] = None) -> Profile:
+            codec_fn: Optional[Callable] = None, loop_fns: Optional[Dict[str, Callable]] = None) -> Profile:
     """Spawn ``ranks`` gloo processes on this machine and measure the profile of ``cfg``'s model,
     data shape and per-worker batch. ``compressors``: name -> compressor config, whose codecs
     ``codec_fn(buckets, compressors, world)`` measures on rank 0 (the caller passes
     :func:`workbench.compress.profile.measure_codecs`: this layer does not import the compressors).
+    ``loop_fns``: name -> ``fn(model, step, meter, comm_device, make_optimizer, reps)``, a loop a
+    layer above runs, timed on every rank in seconds per worker step (``Profile.loops``; the caller
+    passes :data:`workbench.ps.profile.LOOPS`, the parameter server's).
     Seconds for the small models; a minute or more for VGG-16 on a loaded CPU."""
     import torch.multiprocessing as mp
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_spawned, args=(r, ranks, port, cfg, compressors or {}, codec_fn, steps, queue), daemon=True)
+    procs = [ctx.Process(target=_spawned, args=(r, ranks, port, cfg, compressors or {}, codec_fn, loop_fns or {}, steps, queue), daemon=True)
              for r in range(ranks)]
     for p in procs:
         p.start()
@@ -580,7 +592,7 @@ def measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, st
     return Profile(model=key["model"], data=str(cfg.data.name), input_shape=key["input_shape"], batch=key["batch"],
                    ranks=ranks, t_c_at=tuple(res["t_c_at"]), t_f_at=tuple(res["t_f_at"]), fwd_share=res["fwd_share"],
                    u=res["u"], alpha=res["alpha"], beta=res["beta"], beta_allreduce=res["beta_allreduce"],
-                   span_at=tuple(res["span_at"]), collectives=res["collectives"],
+                   span_at=tuple(res["span_at"]), collectives=res["collectives"], loops=res["loops"],
                    boundary=res["boundary"], params_conv=res["params_conv"], params_fc=res["params_fc"],
                    param_shapes=[tuple(s) for s in res["param_shapes"]], bucket_cap_mb=res["bucket_cap_mb"],
                    buckets=[{"numel": b["numel"], "shapes": [list(s) for s in b["shapes"]]} for b in res["buckets"]],
@@ -589,16 +601,17 @@ def measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, st
 
 def load_or_measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, root="experiments",
                     refresh: bool = False, log: Callable[[str], None] = print,
-                    codec_fn: Optional[Callable] = None) -> Profile:
+                    codec_fn: Optional[Callable] = None, loop_fns: Optional[Dict[str, Callable]] = None) -> Profile:
     """The cached profile of ``cfg`` on this machine with ``ranks`` processes (and at least these
-    compressors' codecs), measuring and caching it when missing."""
+    compressors' codecs and these loops), measuring and caching it when missing."""
     path = cache_path(cfg, ranks, root)
     if path.exists() and not refresh:
         prof = Profile.load(path)
-        if prof.version == PROFILE_VERSION and set(compressors or {}) <= set(prof.codecs):
+        if prof.version == PROFILE_VERSION and set(compressors or {}) <= set(prof.codecs) \
+                and (ranks < 2 or set(loop_fns or {}) <= set(prof.loops)):
             return prof
     log(f"profiling {cfg.model.name} (batch {cfg.data.batch_size}) with {ranks} ranks on this machine ...")
-    prof = measure(cfg, ranks, compressors, codec_fn=codec_fn)
+    prof = measure(cfg, ranks, compressors, codec_fn=codec_fn, loop_fns=loop_fns)
     prof.save(path)
     log(f"profile cached: {path}")
     return prof

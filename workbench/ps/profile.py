@@ -1,0 +1,70 @@
+"""The parameter server's loop, timed for the performance model's profile.
+
+``workbench.perfmodel.profile.measure(loop_fns=LOOPS)`` calls these on every rank of the profile's
+process group, after the collectives: the last rank serves one shard with the real protocol, rule
+and optimizer (:class:`~workbench.ps.server.ServerLoop`, :class:`~workbench.ps.rules.GradientRule`),
+the others run ``step(); push_pull`` back to back, as ``trainer=ps`` does, and every rank returns
+the workers' mean of their median periods (seconds per worker step). The model
+(``perfmodel.paradigms``) uses them for the rows that are this loop: loopback, the profiled ranks,
+one server.
+
+Why in the loop, as the collectives are: the PS rows on loopback were 16–25 % short on ResNet-18
+and 34–63 % on the small CNN. The α-β exchange they charged (the idle ping-pong's 8 GB/s) was a
+tenth of what a worker's meter recorded in a run: 95–130 ms for ResNet-18's 44.7 MB each way. On a
+host whose ranks outnumber its cores the server copies while the workers compute, and every
+blocking receive waits for a core (docs/planner.md).
+
+Here because the profile layer does not import the parameter server (it imports the profile's
+caller, not the reverse), as with the compressors' codecs (``workbench.compress.profile``).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from functools import partial
+from typing import Callable, Dict
+
+import torch
+import torch.distributed as dist
+
+from workbench.ps.protocol import PSClient
+from workbench.ps.rules import GradientRule
+from workbench.ps.server import ServerLoop
+from workbench.ps.sharding import ShardLayout
+
+
+def time_loop(model, step: Callable[[], None], meter, comm_device, make_optimizer: Callable, reps: int,
+              hardsync: bool = False) -> float:
+    """Seconds per worker step of the PS loop on this group: hardsync, or asynchronous with c = 1."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    server, workers = world - 1, list(range(world - 1))
+    params = list(model.parameters())
+    layout = ShardLayout.of(params, 1)
+    saved = [p.detach().clone() for p in params]
+    warm = 3 if reps >= 10 else 1  # periods left out while the workers fall into the loop's rhythm
+    period = 0.0
+    meter.barrier("profile")
+    if rank == server:
+        # learning rate 0: the optimizer does all its work and the weights stay the profile's
+        rule = GradientRule(layout.flatten(params, 0).clone(), workers, hardsync=hardsync, c=1,
+                            make_optimizer=make_optimizer, lr_fn=lambda k: 0.0)
+        ServerLoop(meter, rule, workers, expect_final=False).run()
+    else:
+        client = PSClient(meter, layout, [server])
+        ends = []
+        for i in range(reps + warm + 1):
+            step()
+            client.push_pull([p.grad for p in params], params, step=i)
+            ends.append(time.perf_counter())
+        client.done()
+        period = statistics.median(b - a for a, b in zip(ends[warm:], ends[warm + 1:]))
+    with torch.no_grad():
+        for p, v in zip(params, saved):
+            p.copy_(v)
+    per = torch.tensor([period], dtype=torch.float64, device=comm_device)
+    meter.all_reduce(per, "profile", op=dist.ReduceOp.SUM)
+    return per.item() / max(1, world - 1)
+
+
+# the names the model looks up (``Profile.loops``)
+LOOPS: Dict[str, Callable] = {"ps/async": partial(time_loop, hardsync=False), "ps/sync": partial(time_loop, hardsync=True)}
