@@ -29,3 +29,17 @@ def test_repeats_count_the_rounds_where_the_first_timed_column_has_a_value():
               [{"p": "a", "reach_s": None, "rate": 11.0}]]
     (a,) = report.merge_repeats(rounds, "p", ["reach_s", "rate"])
     assert a["repeats"] == "1/3" and a["reach_s"] == 2.0 and a["rate"] == 11.0 and a["rate spread"] == "10–12"
+
+
+def test_planner_rounds_compare_each_prediction_with_its_own_runs():
+    """Each planner round has its own profile: the row's error is the median of the rounds' errors
+    (prediction r against measurement r), not the median prediction against the median run."""
+    from workbench.bench.planner import merged
+    rounds = [[{"paradigm": "sync", "bandwidth": "loopback", "predicted_step_s": p, "measured_step_s": m,
+                "predicted_bytes_per_step": 10.0, "measured_bytes_per_step": 10.0, "bytes_error": 0}]
+              for p, m in ((0.010, 0.011), (0.020, 0.019), (0.012, 0.016))]
+    (r,) = merged(rounds)
+    assert r["measured_step_s"] == 0.016 and r["predicted_step_s"] == 0.012
+    errs = sorted((0.010 / 0.011 - 1, 0.020 / 0.019 - 1, 0.012 / 0.016 - 1))
+    assert r["error"] == errs[1]  # -9.1 %; the medians' ratio would say -25 %
+    assert r["noise"] == (0.019 - 0.011) / 0.016 and r["repeats"] == "3/3"

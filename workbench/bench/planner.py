@@ -10,8 +10,9 @@ profile, then every paradigm for 12 + 8 steps, ``workbench/plan.py``): ``loopbac
 ``emulated:<rate>``, every rank behind its own link shaped to the rate (``network=emulated``, root).
 One row per paradigm and bandwidth with the predicted and measured step time, the error, and
 predicted vs measured bytes per worker per step (exact unless a row says otherwise). With
-``--repeats R`` every run is repeated in R interleaved rounds; the row shows the median measured
-step, its min–max, and the error of the median. The notes give the error distribution (median and
+``--repeats R`` every run is repeated in R interleaved rounds, each after a fresh profile (the host's
+speed drifts within an hour); the row shows the median measured step, its min–max, the median
+prediction and the median of the rounds' errors (each round's prediction against its own runs). The notes give the error distribution (median and
 90th percentile of |error|). Step times depend on the machine and its load (quoted with the table);
 bytes do not.
 """
@@ -48,9 +49,15 @@ def main(argv=None) -> None:
     for model in a.models.split(","):
         ov = [f"model={model}", *report.data_overrides(model, a.batch), "cluster.timeout_s=600",
               f"output_root={out / 'runs'}"]
-        plan_rows, (vs, prof) = _plan_rows(ov, bandwidths, [a.workers], None, 1.0, "50us", only, str(out), print)
-        prof_by_model[model], cfg_by_model[model] = prof, vs[a.workers][0].cfg
-        rounds = [verify(copy.deepcopy(plan_rows), vs, out / "runs") for _ in range(a.repeats)]
+        # With rounds, each profiles anew before its runs, so that a row's error compares a prediction
+        # and a measurement of the same minutes: this host's speed drifted by 20–50 % within an hour
+        # (a bare 3-rank DDP loop: 7.3–7.8 ms a step at 15:45, 9.1–11.5 ms at 16:38, docs/planner.md)
+        rounds = []
+        for _ in range(a.repeats):
+            plan_rows, (vs, prof) = _plan_rows(ov, bandwidths, [a.workers], None, 1.0, "50us", only, str(out), print,
+                                               refresh=a.repeats > 1)
+            rounds.append(verify(copy.deepcopy(plan_rows), vs, out / "runs"))
+        prof_by_model[model], cfg_by_model[model] = prof, vs[a.workers][0].cfg  # the last round's, for crossovers
         for r in merged(rounds):
             row = {"model": model, "paradigm": r["paradigm"], "bandwidth": r["bandwidth"], "N": a.workers,
                    "predicted ms": 1e3 * r["predicted_step_s"], "measured ms": 1e3 * r["measured_step_s"] if "measured_step_s" in r else None,
@@ -135,8 +142,10 @@ def crossovers(rows: list, profs: dict, cfgs: dict, workers: int) -> list:
 
 def merged(rounds: list) -> list:
     """The rounds' rows merged per (paradigm, bandwidth): median measured step and its min–max in
-    ms (``measured_step_ms spread``), the error of that median; bytes are deterministic, so their
-    median is every round's count."""
+    ms (``measured_step_ms spread``), the median prediction (each round has its own profile) and
+    the median of the rounds' errors, each a round's prediction against its own measurement (with
+    one profile for every round that is the error of the median measurement); bytes are
+    deterministic, so their median is every round's count."""
     if len(rounds) == 1:
         return rounds[0]
     keep = ("paradigm", "bandwidth", "workers", "predicted_step_s", "predicted_bytes_per_step", "bottleneck",
@@ -148,12 +157,14 @@ def merged(rounds: list) -> list:
     for rs in rounds:
         for r in rs:
             if "measured_step_s" in r:
-                raw.setdefault((r["paradigm"], r["bandwidth"]), []).append(r["measured_step_s"])
+                raw.setdefault((r["paradigm"], r["bandwidth"]), []).append((r["predicted_step_s"], r["measured_step_s"]))
     for r in rows:
         if r.get("measured_step_ms"):
             r["measured_step_s"] = r["measured_step_ms"] / 1e3
-            r["error"] = r["predicted_step_s"] / r["measured_step_s"] - 1
-            vals = raw.get((r["paradigm"], r["bandwidth"]), [])
+            pairs = raw.get((r["paradigm"], r["bandwidth"]), [])
+            r["predicted_step_s"] = statistics.median(p for p, _ in pairs)
+            r["error"] = statistics.median(p / m - 1 for p, m in pairs)
+            vals = [m for _, m in pairs]
             if len(vals) > 1:  # (max − min) / median of the rounds: what the measurement itself resolves
                 r["noise"] = (max(vals) - min(vals)) / r["measured_step_s"]
     return rows
