@@ -298,7 +298,7 @@ def test_ps_rows_on_this_host_take_the_loop_the_profile_timed():
     here = cluster_for(cfg, prof, 4, "loopback", 5e-5)
     a = P.ps_async(prof, here)
     assert a.step_s == pytest.approx(0.05, rel=1e-9)
-    f = P._loop_scale(prof, here, 1)
+    f = P.loop_scale(prof, here, 1)
     comp, bw, lat = prof.compute_s(3), prof.beta, prof.alpha
 
     def queued(steps, local, per_update):
@@ -315,13 +315,21 @@ def test_ps_rows_on_this_host_take_the_loop_the_profile_timed():
     assert P.ps_async(prof, slow).step_s != pytest.approx(0.05)  # the straggler changes the queue, f does not
     # a loop faster than the workers' compute alone: no exchange cost at all
     fast = dataclasses.replace(PROF, loops={"ps/async": comp / 2})
-    assert P._loop_scale(fast, here, 1) == 0.0
+    assert P.loop_scale(fast, here, 1) == 0.0
     # elsewhere the α-β exchange, as without the loops
     for cl in (cluster_for(cfg, prof, 3, "loopback", 5e-5), cluster_for(cfg, prof, 4, "emulated:1gbit", 5e-5), net(4)):
         assert P.ps_async(prof, cl).step_s == P.ps_async(PROF, cl).step_s
         assert P.ps_sync(prof, cl).step_s == P.ps_sync(PROF, cl).step_s
     assert P.ps_async(prof.with_speedup(2.0), here).step_s == P.ps_async(PROF.with_speedup(2.0), here).step_s
     assert P.ps_async(prof, here, servers=2).step_s == P.ps_async(PROF, here, servers=2).step_s
+    # the planner keeps these step times and takes only the staleness from the simulator there
+    from workbench.plan import plan
+    rows = {r["paradigm"]: r for r in plan([], bandwidths=["loopback"], workers=[4], profile=prof,
+                                           only=["ps", "staleness/n=1"]).to_dict("records")}
+    assert rows["ps/async"]["predicted_step_s"] == pytest.approx(0.05, rel=1e-9)
+    assert rows["ps/async"]["simulated"] is True and rows["ps/async"]["mean_staleness"] > 0
+    assert rows["staleness/n=1"]["predicted_step_s"] == pytest.approx(queued(1, 0, U / 3))
+    assert rows["ps/sync"]["predicted_step_s"] == pytest.approx(0.06)
 
 
 def test_bmuf_and_easgd_amortise_their_exchange():

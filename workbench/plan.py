@@ -304,7 +304,8 @@ def simulated(v: Variant, prof: Profile, cl: Cluster) -> dict:
     """The asynchronous paradigms (``ps/async``, ``staleness/n=…``, ``easgd/async``) on a link, one
     rank per host, and on loopback, every process on this host's cores (``emulated:`` rows stay
     analytic: their links are the shaper's, not the cores') by the discrete-event simulator (:mod:`workbench.sim`, the real protocol code in simulated time): its
-    step time, samples/s and staleness replace the analytic bound. {} for every other paradigm."""
+    step time, samples/s and staleness replace the analytic bound; on loopback at the profiled ranks,
+    whose PS loop the profile timed, only the staleness. {} for every other paradigm."""
     from workbench.perfmodel import paradigms as P
     from workbench.sim import from_profile, simulate
     o = v.options
@@ -321,13 +322,19 @@ def simulated(v: Variant, prof: Profile, cl: Cluster) -> dict:
     elif v.model is P.staleness:
         kw.update(n=o["n"], max_staleness=t.get("max_staleness"), on_stale=t.get("on_stale", "block"),
                   lr_modulation=t.get("lr_modulation", "none"))
-    if cl.shared_host:
-        # Loopback: the workers, the server and every copy between them run on this host's cores,
-        # the simulator's processor-sharing pool (host_cores), each fed one rank's compute alone.
+    # Loopback at the profiled ranks: the profile timed the PS loop itself, and the analytic queue,
+    # scaled to it (paradigms.loop_scale), keeps the step time; the simulator, fed the link scaled
+    # the same way, adds the staleness. Elsewhere on loopback the workers, the server and every copy
+    # between them run on this host's cores, the simulator's processor-sharing pool (host_cores),
+    # each fed one rank's compute alone, and its step time replaces the analytic bound.
+    timed = P.ps_loop_s(prof, cl, "async", kw["servers"]) is not None
+    f = max(P.loop_scale(prof, cl, kw["servers"]), 1e-9) if timed else 1.0
+    if cl.shared_host and not timed:
         kw["host_cores"] = int(prof.machine.get("cores") or os.cpu_count() or 1)
-    r = simulate(from_profile(prof, lam, cl.bandwidth, cl.latency, **kw))
-    out = {"simulated": True, "predicted_step_s": r["step_s"], "predicted_samples_per_s": r["samples_per_s"],
-           "server_utilisation": r["server_utilisation"]}
+    r = simulate(from_profile(prof, lam, cl.bandwidth / f, cl.latency * f, **kw))
+    out = {"simulated": True, "server_utilisation": r["server_utilisation"]} if timed else \
+        {"simulated": True, "predicted_step_s": r["step_s"], "predicted_samples_per_s": r["samples_per_s"],
+         "server_utilisation": r["server_utilisation"]}
     if r["server_utilisation"] > 0.95:
         out["bottleneck"] = "server"
     if "mean_staleness" in r:

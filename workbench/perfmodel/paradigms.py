@@ -31,7 +31,7 @@ AR(n, p) / AG(n, p) / PS(n, W, S) the collective times of :mod:`workbench.perfmo
   On loopback at the profiled ranks with one server the profile timed the PS loop itself
   (``Profile.loops``): ``ps/sync`` is its hardsync period beyond the workers' lockstep span, and
   the asynchronous rows scale the exchange's α-β times by the one factor at which ``ps/async``'s
-  queue cycles in the timed asynchronous period (:func:`_loop_scale`).
+  queue cycles in the timed asynchronous period (:func:`loop_scale`).
 - ``stanza/n_f=k``: :func:`workbench.perfmodel.stanza.step_time` on the profile's inputs.
 - ``easgd``: local steps (C_W + U), and every τ steps an exchange of M with the servers (queued at
   the servers like ``ps/async``); ``mode=sync`` waits for the slowest worker.
@@ -330,7 +330,7 @@ def _ps_service_s(prof: Profile, cl: Cluster, servers: int, server_idle: float) 
             + max(0.0, shard - C.SEND_BUFFER) / cl.shaper_rate)
 
 
-def _ps_loop_s(prof: Profile, cl: Cluster, mode: str, servers: int) -> Optional[float]:
+def ps_loop_s(prof: Profile, cl: Cluster, mode: str, servers: int) -> Optional[float]:
     """The parameter server's loop as the profile timed it on this host (``Profile.loops``
     ``"ps/<mode>"``, mode "async" or "sync", seconds per worker step), when the row is that loop:
     loopback, the profiled ranks, one server, the profile's own speed; else None."""
@@ -339,14 +339,14 @@ def _ps_loop_s(prof: Profile, cl: Cluster, mode: str, servers: int) -> Optional[
     return None
 
 
-def _loop_scale(prof: Profile, cl: Cluster, servers: int) -> float:
+def loop_scale(prof: Profile, cl: Cluster, servers: int) -> float:
     """How many times the α-β exchange (``_ps_exchange_s``, ``_ps_service_s``) the asynchronous
     PS loop on this host pays: the factor f at which ``ps/async``'s queue (c = 1, no stragglers)
     cycles in the loop's timed period. One measured period, one factor, used by every
     asynchronous row on this host (n-softsync's fewer updates, EASGD's longer think time,
     stragglers): the host's cost of moving the PS pattern's bytes while the other workers
     compute, which the idle ping-pong's α and β do not see (docs/planner.md). 1 elsewhere."""
-    loop = _ps_loop_s(prof, cl, "async", servers)
+    loop = ps_loop_s(prof, cl, "async", servers)
     if loop is None:
         return 1.0
     plain, w = replace(cl, stragglers=()), cl.ranks - servers
@@ -374,7 +374,7 @@ def ps_sync(prof: Profile, cl: Cluster, servers: int = 1) -> Prediction:
         raise ValueError(f"a parameter server with {servers} servers needs more than {servers} ranks, got {cl.ranks}")
     comp = max(_worker_compute(prof, cl, w, lockstep=True))
     apply = prof.update_s() / servers
-    loop = _ps_loop_s(prof, cl, "sync", servers)
+    loop = ps_loop_s(prof, cl, "sync", servers)
     if loop is not None:  # this host's hardsync round, timed in the loop, beyond the workers' lockstep span
         xfer = max(0.0, loop - prof.sync_compute_s(w) - apply)
     else:
@@ -401,9 +401,9 @@ def _async(prof: Profile, cl: Cluster, workers: int, servers: int, per_exchange_
     and then the reply: docs/planner.md has the server's timeline that changed both.) Behind token
     buckets (``_ps_service_s``, ``_ps_exchange_s``) the small CNN's 605 KB exchanges at 1 Gbit/s
     mostly pass in the refilled burst: 2 workers cycled in 10.1 ms where 8/rate a byte said 14.3.
-    ``scale`` multiplies the exchange's transfer times (:func:`_loop_scale`, this host's loop; by
+    ``scale`` multiplies the exchange's transfer times (:func:`loop_scale`, this host's loop; by
     default computed)."""
-    f = _loop_scale(prof, cl, servers) if scale is None else scale
+    f = loop_scale(prof, cl, servers) if scale is None else scale
     comps = _worker_compute(prof, cl, workers)
     upd = prof.update_s() if local_update else 0.0
     local = min(per_exchange_steps * (c + upd) for c in comps)  # a worker's link idles at least this long
