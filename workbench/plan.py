@@ -271,7 +271,8 @@ def cluster_for(cfg: DictConfig, prof: Profile, ranks: int, bw: str, latency_s: 
         per_byte = 1 / payload_rate(rate)
         return Cluster(ranks, 1 / (per_byte + 1 / prof.beta), prof.alpha, 1 / (per_byte + 1 / prof.beta_allreduce),
                        shared_host=False, cores_shared=True, stragglers=stragglers, label=bw,
-                       shaper_rate=payload_rate(rate), shaper_burst=tbf_burst(rate) * PAYLOAD_PER_FRAME)
+                       shaper_rate=payload_rate(rate), shaper_burst=tbf_burst(rate) * PAYLOAD_PER_FRAME,
+                       host_bandwidth=prof.beta)
     return Cluster(ranks, bandwidth_bps(bw) / 8, latency_s, None, shared_host=False, stragglers=stragglers, label=bw)
 
 

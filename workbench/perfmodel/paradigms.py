@@ -77,6 +77,9 @@ class Cluster:
     # Zero on a real link (line rate, no burst) and on loopback.
     shaper_rate: float = 0.0
     shaper_burst: float = 0.0
+    # Behind a shaper, bytes/s of this host's own stack (``bandwidth`` is it and the shaper in series);
+    # 0: recovered from the two.
+    host_bandwidth: float = 0.0
 
     @property
     def ar_bw(self) -> float:
@@ -277,6 +280,8 @@ def crossover_bps(prof: Profile, cl: Cluster, compressor: str, lo: float = 1e3, 
 def _host_bandwidth(cl: Cluster) -> float:
     """Bytes/s of this host's stack alone on a shaped link (``cl.bandwidth`` is it and the shaper's
     rate in series)."""
+    if cl.host_bandwidth > 0:
+        return cl.host_bandwidth
     return 1 / max(1e-30, 1 / cl.bandwidth - 1 / cl.shaper_rate)
 
 
