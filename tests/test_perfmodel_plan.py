@@ -286,36 +286,40 @@ def test_softsync_pays_the_update_once_per_c_gradients():
 
 def test_ps_rows_on_this_host_take_the_loop_the_profile_timed():
     """On loopback at the profiled ranks with one server, ``ps/sync`` is the hardsync loop the
-    profile timed beyond the workers' lockstep span, and every asynchronous row shares one factor
-    f on the exchange's α-β times: the one at which ``ps/async``'s queue cycles in the timed async
-    loop. n-softsync and EASGD then follow by hand with that f; other ranks, an emulated link or a
-    speed-up keep the α-β exchange."""
+    profile timed beyond the workers' lockstep span, and the asynchronous rows and Stanza take the
+    in-loop point-to-point line: the α' at which ``ps/async``'s queue cycles in the header-only
+    loop, then the β' at which it cycles in the whole model's. n-softsync and EASGD then follow by
+    hand on that line; other ranks, an emulated link or a speed-up keep the idle α-β."""
     import dataclasses
     from workbench.plan import cluster_for
     import workbench
-    prof = dataclasses.replace(PROF, loops={"ps/async": 0.05, "ps/sync": 0.06})
+    prof = dataclasses.replace(PROF, loops={"ps/async": 0.05, "ps/async/header": 0.04, "ps/sync": 0.06})
     cfg = workbench.compose([])
     here = cluster_for(cfg, prof, 4, "loopback", 5e-5)
-    a = P.ps_async(prof, here)
-    assert a.step_s == pytest.approx(0.05, rel=1e-9)
-    f = P.loop_scale(prof, here, 1)
-    comp, bw, lat = prof.compute_s(3), prof.beta, prof.alpha
+    link = P.loop_link(prof, here)
+    lat, bw, comp = link.latency, link.bandwidth, prof.compute_s(3)
+    assert lat > PROF.alpha and bw < PROF.beta  # the loop is slower than the idle ping-pong says
 
-    def queued(steps, local, per_update):
-        alone = steps * (comp + local) + f * 2 * C.ps_transfer_time(M, 1, 1, bw, lat) + per_update
-        D = f * C.server_service_time(M, 1, bw, lat) + per_update
+    def queued(steps, local, per_update, n=M):
+        alone = steps * (comp + local) + 2 * C.ps_transfer_time(n, 1, 1, bw, lat) + per_update
+        D = C.server_service_time(n, 1, bw, lat) + per_update
         return alone - D + mva_residence(alone - D, D, 3)
-    assert queued(1, 0, U) == pytest.approx(0.05, rel=1e-9) and f > 1  # the loop is slower than α-β says
+    assert queued(1, 0, 0, n=0) == pytest.approx(0.04, rel=1e-9)  # headers only, an empty update
+    assert queued(1, 0, U) == pytest.approx(0.05, rel=1e-9)
+    assert P.ps_async(prof, here).step_s == pytest.approx(0.05, rel=1e-9)
     assert P.staleness(prof, here, n=1).step_s == pytest.approx(queued(1, 0, U / 3))  # c = 3
     assert P.easgd(prof, here, period=4).step_s == pytest.approx(queued(4, U, U) / 4)
+    assert P.stanza(prof, here).step_s == pytest.approx(st.step_time(P.stanza_inputs(prof, link), 3, 1))
+    assert P.stanza(prof, here).step_s > P.stanza(PROF, here).step_s
     # hardsync: the loop, and a straggler's extra compute on top of it
     assert P.ps_sync(prof, here).step_s == pytest.approx(0.06)
     slow = dataclasses.replace(here, stragglers=((1, 2.0, 0.0),))
     assert P.ps_sync(prof, slow).step_s == pytest.approx(0.06 + prof.sync_compute_s(3))
-    assert P.ps_async(prof, slow).step_s != pytest.approx(0.05)  # the straggler changes the queue, f does not
-    # a loop faster than the workers' compute alone: no exchange cost at all
-    fast = dataclasses.replace(PROF, loops={"ps/async": comp / 2})
-    assert P.loop_scale(fast, here, 1) == 0.0
+    assert P.ps_async(prof, slow).step_s != pytest.approx(0.05)  # the straggler changes the queue, not the line
+    # loops faster than the workers' compute alone: no exchange cost at all
+    fast = dataclasses.replace(PROF, loops={"ps/async": comp / 2, "ps/async/header": comp / 2})
+    assert P.loop_link(fast, here).latency == 0.0 and P.loop_link(fast, here).bandwidth == math.inf
+    assert P.loop_link(dataclasses.replace(PROF, loops={"ps/async": 0.05}), here) is here  # both loops, or none
     # elsewhere the α-β exchange, as without the loops
     for cl in (cluster_for(cfg, prof, 3, "loopback", 5e-5), cluster_for(cfg, prof, 4, "emulated:1gbit", 5e-5), net(4)):
         assert P.ps_async(prof, cl).step_s == P.ps_async(PROF, cl).step_s

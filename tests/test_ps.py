@@ -94,7 +94,7 @@ def test_exact_sums_over_two_servers(hardsync):
         assert o["comm"]["param_pull"]["recv"] == steps * model_bytes
 
 
-def _timed_loop(rank, world, hardsync, reps):
+def _timed_loop(rank, world, name, reps):
     """The profile's timing of the PS loop (``workbench.ps.profile``) on a small linear model."""
     from workbench.meter import Meter
     from workbench.ps.profile import LOOPS
@@ -107,22 +107,27 @@ def _timed_loop(rank, world, hardsync, reps):
         model.zero_grad(set_to_none=True)
         torch.nn.functional.cross_entropy(model(x), y).backward()
     meter = Meter(120)
-    fn = LOOPS["ps/sync" if hardsync else "ps/async"]
+    fn = LOOPS[name]
     period = fn(model, step, meter, torch.device("cpu"), lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9), reps)
     same = all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     return {"period": period, "same": same, "comm": meter.totals()}
 
 
-@pytest.mark.parametrize("hardsync", [False, True])
-def test_the_profile_times_the_real_ps_loop_and_leaves_the_weights(hardsync):
+@pytest.mark.parametrize("name", ["ps/async", "ps/sync", "ps/async/header"])
+def test_the_profile_times_the_real_ps_loop_and_leaves_the_weights(name):
     """Every rank gets the workers' mean period; each worker pushed and pulled the model once per
-    timed step through the real protocol (exact bytes); the weights are the model's again after."""
+    timed step through the real protocol (exact bytes; the header-only loop sends headers alone);
+    the weights are the model's again after."""
     world, reps = 3, 4
-    out = run_ranks(_timed_loop, world, hardsync, reps, timeout_s=180, join_timeout=600)
+    out = run_ranks(_timed_loop, world, name, reps, timeout_s=180, join_timeout=600)
     assert len({o["period"] for o in out}) == 1 and out[0]["period"] > 0
     assert all(o["same"] for o in out)
-    model_bytes = 4 * (20 * 30 + 30 + 30 * 5 + 5)
     steps = reps + 1 + 1  # warm-up period and one more end than periods
+    if name.endswith("/header"):
+        for o in out[:world - 1]:
+            assert "grad_push" not in o["comm"] and o["comm"]["ps_control"]["sent"] == (steps + 1) * 32  # + DONE
+        return
+    model_bytes = 4 * (20 * 30 + 30 + 30 * 5 + 5)
     for o in out[:world - 1]:
         assert o["comm"]["grad_push"]["sent"] == steps * model_bytes
         assert o["comm"]["param_pull"]["recv"] == steps * model_bytes

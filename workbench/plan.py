@@ -323,16 +323,16 @@ def simulated(v: Variant, prof: Profile, cl: Cluster) -> dict:
     elif v.model is P.staleness:
         kw.update(n=o["n"], max_staleness=t.get("max_staleness"), on_stale=t.get("on_stale", "block"),
                   lr_modulation=t.get("lr_modulation", "none"))
-    # Loopback at the profiled ranks: the profile timed the PS loop itself, and the analytic queue,
-    # scaled to it (paradigms.loop_scale), keeps the step time; the simulator, fed the link scaled
-    # the same way, adds the staleness. Elsewhere on loopback the workers, the server and every copy
-    # between them run on this host's cores, the simulator's processor-sharing pool (host_cores),
-    # each fed one rank's compute alone, and its step time replaces the analytic bound.
-    timed = P.ps_loop_s(prof, cl, "async", kw["servers"]) is not None
-    f = max(P.loop_scale(prof, cl, kw["servers"]), 1e-9) if timed else 1.0
+    # Loopback at the profiled ranks: the profile timed the PS loop itself, and the analytic queue on
+    # the in-loop link (paradigms.loop_link) keeps the step time; the simulator, fed the same link,
+    # adds the staleness. Elsewhere on loopback the workers, the server and every copy between them
+    # run on this host's cores, the simulator's processor-sharing pool (host_cores), each fed one
+    # rank's compute alone, and its step time replaces the analytic bound.
+    link = P.loop_link(prof, cl) if kw["servers"] == 1 else cl
+    timed = link is not cl
     if cl.shared_host and not timed:
         kw["host_cores"] = int(prof.machine.get("cores") or os.cpu_count() or 1)
-    r = simulate(from_profile(prof, lam, cl.bandwidth / f, cl.latency * f, **kw))
+    r = simulate(from_profile(prof, lam, min(link.bandwidth, 1e30), link.latency, **kw))
     out = {"simulated": True, "server_utilisation": r["server_utilisation"]} if timed else \
         {"simulated": True, "predicted_step_s": r["step_s"], "predicted_samples_per_s": r["samples_per_s"],
          "server_utilisation": r["server_utilisation"]}

@@ -30,8 +30,8 @@ AR(n, p) / AG(n, p) / PS(n, W, S) the collective times of :mod:`workbench.perfmo
   a bucket refilled while its direction idled goes at the host's speed, the rest at the rate.
   On loopback at the profiled ranks with one server the profile timed the PS loop itself
   (``Profile.loops``): ``ps/sync`` is its hardsync period beyond the workers' lockstep span, and
-  the asynchronous rows scale the exchange's α-β times by the one factor at which ``ps/async``'s
-  queue cycles in the timed asynchronous period (:func:`loop_scale`).
+  the asynchronous rows (and Stanza's transfers) take the point-to-point line α', β' at which
+  ``ps/async``'s queue cycles in the timed header-only and whole-model loops (:func:`loop_link`).
 - ``stanza/n_f=k``: :func:`workbench.perfmodel.stanza.step_time` on the profile's inputs.
 - ``easgd``: local steps (C_W + U), and every τ steps an exchange of M with the servers (queued at
   the servers like ``ps/async``); ``mode=sync`` waits for the slowest worker.
@@ -335,35 +335,45 @@ def _ps_service_s(prof: Profile, cl: Cluster, servers: int, server_idle: float) 
             + max(0.0, shard - C.SEND_BUFFER) / cl.shaper_rate)
 
 
-def ps_loop_s(prof: Profile, cl: Cluster, mode: str, servers: int) -> Optional[float]:
+def ps_loop_s(prof: Profile, cl: Cluster, mode: str, servers: int = 1) -> Optional[float]:
     """The parameter server's loop as the profile timed it on this host (``Profile.loops``
-    ``"ps/<mode>"``, mode "async" or "sync", seconds per worker step), when the row is that loop:
-    loopback, the profiled ranks, one server, the profile's own speed; else None."""
+    ``"ps/<mode>"``: "sync", "async", "async/header"; seconds per worker step), when the row is that
+    loop: loopback, the profiled ranks, one server, the profile's own speed; else None."""
     if cl.shared_host and servers == 1 and cl.ranks == prof.ranks and prof.speedup == 1.0:
         return prof.loops.get(f"ps/{mode}")
     return None
 
 
-def loop_scale(prof: Profile, cl: Cluster, servers: int) -> float:
-    """How many times the α-β exchange (``_ps_exchange_s``, ``_ps_service_s``) the asynchronous
-    PS loop on this host pays: the factor f at which ``ps/async``'s queue (c = 1, no stragglers)
-    cycles in the loop's timed period. One measured period, one factor, used by every
-    asynchronous row on this host (n-softsync's fewer updates, EASGD's longer think time,
-    stragglers): the host's cost of moving the PS pattern's bytes while the other workers
-    compute, which the idle ping-pong's α and β do not see (docs/planner.md). 1 elsewhere."""
-    loop = ps_loop_s(prof, cl, "async", servers)
-    if loop is None:
-        return 1.0
-    plain, w = replace(cl, stragglers=()), cl.ranks - servers
+def loop_link(prof: Profile, cl: Cluster) -> Cluster:
+    """``cl`` with this host's point-to-point line *in the loop* where the profile timed the PS
+    loops here (:func:`ps_loop_s`), else ``cl``: the latency α' at which ``ps/async``'s queue
+    (c = 1, no stragglers) cycles in the header-only loop's period, then the bandwidth β' at which
+    it cycles in the whole model's. Two measured periods, two parameters. Every point-to-point
+    transfer of a row on this host takes them: the PS exchanges (n-softsync's fewer updates,
+    EASGD's longer think time, stragglers) and Stanza's activations and sub-group all-reduces.
+    What they hold that the idle ping-pong's α and β do not: a blocking receive waits for a core
+    while the other ranks compute, and the server's copies share the cores with them
+    (docs/planner.md)."""
+    header, full = ps_loop_s(prof, cl, "async/header"), ps_loop_s(prof, cl, "async")
+    if header is None or full is None:
+        return cl
+    plain, w = replace(cl, stragglers=()), cl.ranks - 1
+    empty = replace(prof, params_conv=0, params_fc=0)  # headers only: no payload, an empty update
 
-    def at(f: float) -> float:
-        return _async(prof, plain, w, servers, 1, False, prof.update_s() / servers, {}, scale=f).step_s
-    if at(0.0) >= loop:
-        return 0.0
-    hi = 1.0
-    while at(hi) < loop and hi < 1e6:
-        hi *= 2
-    return _increasing_root(lambda f: at(f) - loop, 0.0, hi, 60)
+    def period(p: Profile, lat: float, per_byte: float) -> float:
+        c = replace(plain, latency=lat, bandwidth=1 / per_byte if per_byte > 0 else math.inf)
+        return _async(p, c, w, 1, 1, False, p.update_s(), {}).step_s
+
+    def solve(h: Callable[[float], float], start: float) -> float:
+        if h(0.0) >= 0:
+            return 0.0
+        hi = start
+        while h(hi) < 0 and hi < 1e6 * start:
+            hi *= 2
+        return _increasing_root(h, 0.0, hi, 60)
+    lat = solve(lambda a: period(empty, a, 0.0) - header, max(cl.latency, 1e-6))
+    per_byte = solve(lambda x: period(prof, lat, x) - full, 1 / cl.bandwidth)
+    return replace(cl, latency=lat, bandwidth=1 / per_byte if per_byte > 0 else math.inf)
 
 
 def _ps_bytes(prof: Profile, servers: int, push: str = "grad_push", every: int = 1) -> Dict[str, Dict[str, float]]:
@@ -393,7 +403,7 @@ def ps_sync(prof: Profile, cl: Cluster, servers: int = 1) -> Prediction:
 
 
 def _async(prof: Profile, cl: Cluster, workers: int, servers: int, per_exchange_steps: int, local_update: bool,
-           per_update: float, bytes_: Dict[str, Dict[str, float]], scale: Optional[float] = None) -> Prediction:
+           per_update: float, bytes_: Dict[str, Dict[str, float]]) -> Prediction:
     """Asynchronous PS protocols as a closed queueing network: workers cycle through compute (and a
     local update), every ``per_exchange_steps`` steps an exchange with the servers. The servers are
     one FIFO queue: the real loop posts one receive at a time, and gloo moves a payload only into a
@@ -406,18 +416,16 @@ def _async(prof: Profile, cl: Cluster, workers: int, servers: int, per_exchange_
     and then the reply: docs/planner.md has the server's timeline that changed both.) Behind token
     buckets (``_ps_service_s``, ``_ps_exchange_s``) the small CNN's 605 KB exchanges at 1 Gbit/s
     mostly pass in the refilled burst: 2 workers cycled in 10.1 ms where 8/rate a byte said 14.3.
-    ``scale`` multiplies the exchange's transfer times (:func:`loop_scale`, this host's loop; by
-    default computed)."""
-    f = loop_scale(prof, cl, servers) if scale is None else scale
+    On loopback at the profiled ranks the callers pass the in-loop link (:func:`loop_link`)."""
     comps = _worker_compute(prof, cl, workers)
     upd = prof.update_s() if local_update else 0.0
     local = min(per_exchange_steps * (c + upd) for c in comps)  # a worker's link idles at least this long
 
     def solve(server_idle: float):
         # a worker's exchange when the servers are free: header + payload out, then back, and the update
-        exch = f * _ps_exchange_s(prof, cl, servers, local, server_idle) + per_update
+        exch = _ps_exchange_s(prof, cl, servers, local, server_idle) + per_update
         cycles = [per_exchange_steps * (c + upd) + exch for c in comps]  # seconds per exchange, per worker, alone
-        service = f * _ps_service_s(prof, cl, servers, server_idle) + per_update
+        service = _ps_service_s(prof, cl, servers, server_idle) + per_update
         service = min(service, min(cycles))  # the part of an exchange spent at the servers
         x, resid = mva([t - service for t in cycles], service)  # exchanges/s per worker, time at the servers
         return exch, cycles, service, x, resid
@@ -505,7 +513,8 @@ def ps_async(prof: Profile, cl: Cluster, servers: int = 1, c: int = 1) -> Predic
     w = cl.ranks - servers
     if w < 1:
         raise ValueError(f"a parameter server with {servers} servers needs more than {servers} ranks, got {cl.ranks}")
-    return _async(prof, cl, w, servers, 1, False, prof.update_s() / (servers * max(1, c)), _ps_bytes(prof, servers))
+    return _async(prof, loop_link(prof, cl) if servers == 1 else cl, w, servers, 1, False,
+                  prof.update_s() / (servers * max(1, c)), _ps_bytes(prof, servers))
 
 
 def staleness(prof: Profile, cl: Cluster, servers: int = 1, n: int = 1, hardsync: bool = False) -> Prediction:
@@ -529,7 +538,7 @@ def easgd(prof: Profile, cl: Cluster, servers: int = 1, period: int = 4, sync: b
     by = _ps_bytes(prof, servers, push="param_push", every=period)
     elastic = prof.update_s() / servers  # x̃ += α(x_i − x̃): about one optimizer pass over the shard
     if not sync:
-        return _async(prof, cl, w, servers, period, True, elastic, by)
+        return _async(prof, loop_link(prof, cl) if servers == 1 else cl, w, servers, period, True, elastic, by)
     comp = max(_worker_compute(prof, cl, w, lockstep=True))
     xfer = 2 * C.ps_transfer_time(prof.model_bytes, w, servers, cl.bandwidth, cl.latency)
     step = comp + prof.update_s() + (xfer + elastic) / period
@@ -574,7 +583,7 @@ def stanza(prof: Profile, cl: Cluster, fc_workers: int = 1) -> Prediction:
     n_c = cl.ranks - n_f
     if n_c < 1 or n_f < 1:
         raise ValueError(f"Stanza needs 1 <= n_f < ranks, got n_f={n_f} of {cl.ranks}")
-    x = stanza_inputs(prof, cl)
+    x = stanza_inputs(prof, loop_link(prof, cl))  # its activations and sub-group rings: this host's in-loop line
     t = st.breakdown(x, n_c, n_f)
     by = st.stanza_conv_worker_bytes(prof.params_conv, prof.boundary, x.b, n_c)
     terms = {"conv_compute": t["conv_compute"], "fc_compute": t["fc_compute"] * t["pieces"],

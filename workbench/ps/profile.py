@@ -34,12 +34,14 @@ from workbench.ps.sharding import ShardLayout
 
 
 def time_loop(model, step: Callable[[], None], meter, comm_device, make_optimizer: Callable, reps: int,
-              hardsync: bool = False) -> float:
-    """Seconds per worker step of the PS loop on this group: hardsync, or asynchronous with c = 1."""
+              hardsync: bool = False, payload: bool = True) -> float:
+    """Seconds per worker step of the PS loop on this group: hardsync, or asynchronous with c = 1;
+    without ``payload``, the headers alone (an empty shard), which is what separates the loop's
+    cost per message from its cost per byte."""
     rank, world = dist.get_rank(), dist.get_world_size()
     server, workers = world - 1, list(range(world - 1))
     params = list(model.parameters())
-    layout = ShardLayout.of(params, 1)
+    layout = ShardLayout.of(params, 1) if payload else ShardLayout([], 1)
     saved = [p.detach().clone() for p in params]
     warm = 3 if reps >= 10 else 1  # periods left out while the workers fall into the loop's rhythm
     period = 0.0
@@ -54,7 +56,10 @@ def time_loop(model, step: Callable[[], None], meter, comm_device, make_optimize
         ends = []
         for i in range(reps + warm + 1):
             step()
-            client.push_pull([p.grad for p in params], params, step=i)
+            if payload:
+                client.push_pull([p.grad for p in params], params, step=i)
+            else:
+                client.push_pull([], [], step=i)
             ends.append(time.perf_counter())
         client.done()
         period = statistics.median(b - a for a, b in zip(ends[warm:], ends[warm + 1:]))
@@ -67,4 +72,5 @@ def time_loop(model, step: Callable[[], None], meter, comm_device, make_optimize
 
 
 # the names the model looks up (``Profile.loops``)
-LOOPS: Dict[str, Callable] = {"ps/async": partial(time_loop, hardsync=False), "ps/sync": partial(time_loop, hardsync=True)}
+LOOPS: Dict[str, Callable] = {"ps/async": partial(time_loop, hardsync=False), "ps/sync": partial(time_loop, hardsync=True),
+                              "ps/async/header": partial(time_loop, hardsync=False, payload=False)}
