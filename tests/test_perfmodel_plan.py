@@ -126,6 +126,16 @@ def test_synchronous_protocols_on_a_shared_host_wait_for_the_last_rank_asynchron
     assert P.bmuf(prof, cl).terms["allreduce"] == pytest.approx(4e-3 / 8)
     three = cluster_for(workbench.compose([]), prof, 3, "loopback", 5e-5)  # not the profiled ranks
     assert P.sync(prof, three).step_s == pytest.approx(0.05 + C.allreduce_time(M, 3, PROF.beta_allreduce, PROF.alpha) + U)
+    # DDP's own loop, timed here: what it costs beyond the span and the bucket's all-reduce joins
+    # every DDP row on this host (a compressor's hook runs in the same reducer), not BMUF's
+    ddp = dataclasses.replace(prof, loops={"ddp": 0.08 + 4e-3 + 2e-3})
+    assert P.ddp_overhead_s(ddp, cl) == pytest.approx(2e-3)
+    assert P.sync(ddp, cl).step_s == pytest.approx(0.08 + 4e-3 + 2e-3 + U)
+    assert P.compressed(ddp, cl, "powersgd").step_s == pytest.approx(P.compressed(prof, cl, "powersgd").step_s + 2e-3)
+    assert P.bmuf(ddp, cl).step_s == P.bmuf(prof, cl).step_s
+    assert P.ddp_overhead_s(ddp, three) == 0.0 and P.ddp_overhead_s(dataclasses.replace(ddp, loops={"ddp": 0.01}), cl) == 0.0
+    emulated = cluster_for(workbench.compose([]), ddp, 4, "emulated:1gbit", 5e-5)
+    assert P.sync(ddp, emulated).step_s == P.sync(prof, emulated).step_s
     # on a network (one rank per host) nothing changes
     assert P.sync(prof, net(4)).step_s == P.sync(PROF, net(4)).step_s
 
@@ -468,7 +478,7 @@ def test_verify_json_small_cnn_three_ranks_bytes_exact(tmp_path, capsys):
         assert math.isfinite(r["error"]) and r["measured_step_s"] > 0
     # the profile timed the parameter server's loops on these ranks (what the loopback PS rows use)
     prof = Profile.load(next((tmp_path / "profiles").glob("*.json")))
-    assert set(prof.loops) == {"ps/async", "ps/sync"} and min(prof.loops.values()) > 0
+    assert set(prof.loops) == {"ps/async", "ps/async/header", "ps/sync", "ddp"} and min(prof.loops.values()) > 0
 
 
 def test_perfmodel_imports_run_down():

@@ -12,7 +12,8 @@ AR(n, p) / AG(n, p) / PS(n, W, S) the collective times of :mod:`workbench.perfmo
   backward ends (bucket i starts when backward has produced its gradients and bucket i−1 is done,
   :func:`exposed_after_backward`; the last bucket never hides); behind this host's emulated links
   T = S_p + Σ_i AR_here(bucket_i) + U + E(the token bucket's wait, :func:`shaper_delay_s`);
-  T = S_p + Σ_i AR_here(bucket_i) + U when every rank shares this host,
+  T = S_p + Σ_i AR_here(bucket_i) + O_ddp + U when every rank shares this host (O_ddp what DDP's own
+  loop, timed by the profile, costs beyond the two: :func:`ddp_overhead_s`),
   because there the transfer and the backward compete for the same cores, the step waits for the
   last rank the scheduler gets to (S_p, ``Profile.sync_compute_s``; so do ``ps/sync``, the
   compressors and BMUF's block), and a collective costs what the profile timed at its size
@@ -206,6 +207,19 @@ def _collective_s(prof: Profile, cl: Cluster, collective: str, dtype: str, nbyte
     return C.allgather_time(nbytes + 8, cl.ranks, cl.bandwidth, cl.latency, messages=2)
 
 
+def ddp_overhead_s(prof: Profile, cl: Cluster) -> float:
+    """What DDP's reducer adds to a step on this host beyond the lockstep span and its buckets'
+    all-reduces timed in the loop: the profile's DDP loop (``Profile.loops["ddp"]``) less both, on
+    loopback at the profiled ranks; 0 elsewhere: on a link, at other rank counts, and behind the
+    emulated links, whose synchronous rows matched without it (small CNN ``sync`` −3 % to +1 %,
+    BENCHMARKS.md)."""
+    loop = prof.loops.get("ddp")
+    if loop is None or not (cl.shared_host and _timed_here(prof, cl) and prof.speedup == 1.0):
+        return 0.0
+    ar = sum(prof.collective_s("allreduce", "float32", 4 * bk["numel"]) or 0.0 for bk in prof.buckets)
+    return max(0.0, loop - prof.sync_compute_s(prof.ranks) - ar)
+
+
 def _dp(prof: Profile, cl: Cluster, codec: Optional[dict]) -> Prediction:
     p = cl.ranks
     if p < 1:
@@ -216,8 +230,9 @@ def _dp(prof: Profile, cl: Cluster, codec: Optional[dict]) -> Prediction:
     upd = prof.update_s()
     numels = [bk["numel"] for bk in prof.buckets]
     here = _timed_here(prof, cl)
+    overhead = ddp_overhead_s(prof, cl)
     if cl.shared_host:
-        exposed = sum(comm)
+        exposed = sum(comm) + overhead
     elif here:
         # emulated links here: the collectives' host part (timed in situ) takes the shared cores
         # and never hides; the shaper's wait, which spends no CPU, overlaps backward as on a link
@@ -226,8 +241,8 @@ def _dp(prof: Profile, cl: Cluster, codec: Optional[dict]) -> Prediction:
     else:
         exposed = exposed_after_backward(bwd, comm, numels)
     step = comp + exposed + sum(codec_s) + upd
-    terms = {"compute": comp, "update": upd,
-             "communication": sum(comm), "exposed_communication": exposed, "codec": sum(codec_s)}
+    terms = {"compute": comp, "update": upd, "communication": sum(comm), "exposed_communication": exposed,
+             "ddp_overhead": overhead, "codec": sum(codec_s)}
     kinds = {"compute": "compute", "update": "compute", "exposed_communication": "link", "codec": "host codec"}
     return Prediction(step, p * prof.batch / step, by, _dominant(terms, kinds), terms)
 
