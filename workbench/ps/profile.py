@@ -14,8 +14,9 @@ tenth of what a worker's meter recorded in a run: 95–130 ms for ResNet-18's 44
 host whose ranks outnumber its cores the server copies while the workers compute, and every
 blocking receive waits for a core (docs/planner.md).
 
-Here because the profile layer does not import the parameter server (it imports the profile's
-caller, not the reverse), as with the compressors' codecs (``workbench.compress.profile``).
+It lives here, not in ``workbench.perfmodel``, because the model's layer imports none of the code
+it models (the parameter server, the trainers, the compressors): the planner hands these loops to
+the profile, as it hands it the compressors' codecs (``workbench.compress.profile``).
 """
 from __future__ import annotations
 
