@@ -328,7 +328,7 @@ def simulated(v: Variant, prof: Profile, cl: Cluster) -> dict:
     # adds the staleness. Elsewhere on loopback the workers, the server and every copy between them
     # run on this host's cores, the simulator's processor-sharing pool (host_cores), each fed one
     # rank's compute alone, and its step time replaces the analytic bound.
-    link = P.loop_link(prof, cl) if kw["servers"] == 1 else cl
+    link = P.loop_link(prof, cl, kw["servers"])
     timed = link is not cl
     if cl.shared_host and not timed:
         kw["host_cores"] = int(prof.machine.get("cores") or os.cpu_count() or 1)

@@ -207,6 +207,12 @@ def _collective_s(prof: Profile, cl: Cluster, collective: str, dtype: str, nbyte
     return C.allgather_time(nbytes + 8, cl.ranks, cl.bandwidth, cl.latency, messages=2)
 
 
+def _loop_here(prof: Profile, cl: Cluster) -> bool:
+    """The row is a loop the profile timed (``Profile.loops``): loopback, the profiled ranks, the
+    profile's own speed."""
+    return cl.shared_host and cl.ranks == prof.ranks and prof.speedup == 1.0
+
+
 def ddp_overhead_s(prof: Profile, cl: Cluster) -> float:
     """What DDP's reducer adds to a step on this host beyond the lockstep span and its buckets'
     all-reduces timed in the loop: the profile's DDP loop (``Profile.loops["ddp"]``) less both, on
@@ -214,7 +220,7 @@ def ddp_overhead_s(prof: Profile, cl: Cluster) -> float:
     emulated links, whose synchronous rows matched without it (small CNN ``sync`` −3 % to +1 %,
     BENCHMARKS.md)."""
     loop = prof.loops.get("ddp")
-    if loop is None or not (cl.shared_host and _timed_here(prof, cl) and prof.speedup == 1.0):
+    if loop is None or not prof.collectives or not _loop_here(prof, cl):  # beyond the collectives it timed
         return 0.0
     ar = sum(prof.collective_s("allreduce", "float32", 4 * bk["numel"]) or 0.0 for bk in prof.buckets)
     return max(0.0, loop - prof.sync_compute_s(prof.ranks) - ar)
@@ -354,14 +360,12 @@ def ps_loop_s(prof: Profile, cl: Cluster, mode: str, servers: int = 1) -> Option
     """The parameter server's loop as the profile timed it on this host (``Profile.loops``
     ``"ps/<mode>"``: "sync", "async", "async/header"; seconds per worker step), when the row is that
     loop: loopback, the profiled ranks, one server, the profile's own speed; else None."""
-    if cl.shared_host and servers == 1 and cl.ranks == prof.ranks and prof.speedup == 1.0:
-        return prof.loops.get(f"ps/{mode}")
-    return None
+    return prof.loops.get(f"ps/{mode}") if servers == 1 and _loop_here(prof, cl) else None
 
 
-def loop_link(prof: Profile, cl: Cluster) -> Cluster:
+def loop_link(prof: Profile, cl: Cluster, servers: int = 1) -> Cluster:
     """``cl`` with this host's point-to-point line *in the loop* where the profile timed the PS
-    loops here (:func:`ps_loop_s`), else ``cl``: the latency α' at which ``ps/async``'s queue
+    loops here for a row of ``servers`` (:func:`ps_loop_s`), else ``cl``: the latency α' at which ``ps/async``'s queue
     (c = 1, no stragglers) cycles in the header-only loop's period, then the bandwidth β' at which
     it cycles in the whole model's. Two measured periods, two parameters. Every point-to-point
     transfer of a row on this host takes them: the PS exchanges (n-softsync's fewer updates,
@@ -369,7 +373,7 @@ def loop_link(prof: Profile, cl: Cluster) -> Cluster:
     What they hold that the idle ping-pong's α and β do not: a blocking receive waits for a core
     while the other ranks compute, and the server's copies share the cores with them
     (docs/planner.md)."""
-    header, full = ps_loop_s(prof, cl, "async/header"), ps_loop_s(prof, cl, "async")
+    header, full = ps_loop_s(prof, cl, "async/header", servers), ps_loop_s(prof, cl, "async", servers)
     if header is None or full is None:
         return cl
     plain, w = replace(cl, stragglers=()), cl.ranks - 1
@@ -528,7 +532,7 @@ def ps_async(prof: Profile, cl: Cluster, servers: int = 1, c: int = 1) -> Predic
     w = cl.ranks - servers
     if w < 1:
         raise ValueError(f"a parameter server with {servers} servers needs more than {servers} ranks, got {cl.ranks}")
-    return _async(prof, loop_link(prof, cl) if servers == 1 else cl, w, servers, 1, False,
+    return _async(prof, loop_link(prof, cl, servers), w, servers, 1, False,
                   prof.update_s() / (servers * max(1, c)), _ps_bytes(prof, servers))
 
 
@@ -553,7 +557,7 @@ def easgd(prof: Profile, cl: Cluster, servers: int = 1, period: int = 4, sync: b
     by = _ps_bytes(prof, servers, push="param_push", every=period)
     elastic = prof.update_s() / servers  # x̃ += α(x_i − x̃): about one optimizer pass over the shard
     if not sync:
-        return _async(prof, loop_link(prof, cl) if servers == 1 else cl, w, servers, period, True, elastic, by)
+        return _async(prof, loop_link(prof, cl, servers), w, servers, period, True, elastic, by)
     comp = max(_worker_compute(prof, cl, w, lockstep=True))
     xfer = 2 * C.ps_transfer_time(prof.model_bytes, w, servers, cl.bandwidth, cl.latency)
     step = comp + prof.update_s() + (xfer + elastic) / period

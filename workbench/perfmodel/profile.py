@@ -11,8 +11,9 @@ A :class:`Profile` holds, for one model, data shape and per-worker batch, measur
 - ``alpha``, ``beta``: latency and bandwidth of one point-to-point message between two ranks, and
   ``beta_allreduce``, the ring all-reduce's per-rank bandwidth (they differ on shared memory);
 - ``buckets``: DDP's gradient buckets as they are after its rebuild at step 1 (numel and shapes);
-- ``loops``: loops of the layers above timed in place (the parameter server's, seconds per worker
-  step: ``workbench.ps.profile``), handed in by the caller as the codecs are;
+- ``loops``: loops timed in place, seconds per worker step: DDP's own (:func:`ddp_loop_s`), and
+  those of the layers above (the parameter server's: ``workbench.ps.profile``), handed in by the
+  caller as the codecs are;
 - ``codecs``: per compressor, per bucket, the payloads its codec puts into collectives (bytes,
   collective, meter category: exact, they are the bytes the meter will count) and its encode+decode
   seconds, measured by :func:`workbench.compress.profile.measure_codecs` (handed in by the caller).
@@ -53,6 +54,29 @@ def _median_time(fn, steps: int, device, warmup: bool = True) -> float:
         if i or not warmup:
             times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def free_running_period(body: Callable[[int], None], reps: int) -> float:
+    """This rank's median seconds between the ends of ``body(i)`` called back to back, over
+    ``reps`` periods after the first few, left out while the ranks fall into the loop's skew (they
+    start together, after a barrier): 3, or 1 where ``reps`` < 10 (a step of seconds, VGG-16:
+    dozens of payloads, 3 periods each)."""
+    warm = 3 if reps >= 10 else 1
+    ends = []
+    for i in range(reps + warm + 1):
+        body(i)
+        ends.append(time.perf_counter())
+    return statistics.median(b - a for a, b in zip(ends[warm:], ends[warm + 1:]))
+
+
+def mean_over_ranks(value: float, meter, comm_device, count: int) -> float:
+    """Every rank's ``value`` summed and divided by ``count`` (the ranks that timed something),
+    the same on every rank."""
+    import torch
+    import torch.distributed as dist
+    per = torch.tensor([value], dtype=torch.float64, device=comm_device)
+    meter.all_reduce(per, "profile", op=dist.ReduceOp.SUM)
+    return per.item() / count
 
 
 def measure_ranks(model, spec, b: int, meter, device, comm_device, steps: int,
@@ -221,9 +245,6 @@ def measure_collectives(items, meter, comm_device, step: Optional[Callable[[], N
     import torch
     import torch.distributed as dist
     out: Dict[str, float] = {}
-    # periods left out while the ranks fall into the loop's skew: the first starts together (a
-    # barrier); one is enough where a step takes seconds (VGG-16: dozens of payloads, 3 periods each)
-    warm = 3 if reps >= 10 else 1
     for coll, dtype, nbytes in items:
         dt = getattr(torch, dtype)
         t = torch.zeros(max(1, int(nbytes) // torch.tensor([], dtype=dt).element_size()), dtype=dt, device=comm_device)
@@ -244,21 +265,14 @@ def measure_collectives(items, meter, comm_device, step: Optional[Callable[[], N
             out[f"{coll}:{dtype}:{int(nbytes)}"] = statistics.median(times)
             continue
         meter.barrier("profile")
-        ends = []
-        for _ in range(reps + warm + 1):
-            step()
-            once()
-            ends.append(time.perf_counter())
-        period = statistics.median(b - a for a, b in zip(ends[warm:], ends[warm + 1:]))
         # the ranks' medians agree to within noise; every rank takes the same value
-        per = torch.tensor([period], dtype=torch.float64, device=comm_device)
-        meter.all_reduce(per, "profile", op=dist.ReduceOp.SUM)
-        period = per.item() / dist.get_world_size()
+        period = mean_over_ranks(free_running_period(lambda i: (step(), once()), reps), meter, comm_device,
+                                 dist.get_world_size())
         out[f"{coll}:{dtype}:{int(nbytes)}"] = max(period - span_s, 0.0)
     return out
 
 
-def ddp_loop_s(model, x, y, bucket_cap_mb: float, comm_device, reps: int) -> float:
+def ddp_loop_s(model, x, y, bucket_cap_mb: float, meter, comm_device, reps: int) -> float:
     """Seconds per step of DDP's own loop on this group: zero_grad, forward and backward of a
     DDP-wrapped copy of ``model`` (its reducer all-reducing the buckets during backward) back to
     back, the ranks' mean of their median periods (``Profile.loops["ddp"]``).
@@ -269,26 +283,17 @@ def ddp_loop_s(model, x, y, bucket_cap_mb: float, comm_device, reps: int) -> flo
     SGD's plain all-reduce of the same bytes was within +0.5 % and +11 %: what is left is DDP's
     reducer itself (its hook's future, the bucket copies, the division, the all-reduce issued from
     autograd's thread) on cores the other ranks are using."""
-    import torch
     import torch.distributed as dist
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
     ddp = DDP(copy.deepcopy(model), bucket_cap_mb=bucket_cap_mb)
 
-    def step():
+    def step(i: int = 0):
         ddp.zero_grad(set_to_none=True)
         F.cross_entropy(ddp(x), y).backward()
-    warm = 3 if reps >= 10 else 1
     step()  # the reducer rebuilds its buckets after the first step
-    dist.barrier()
-    ends = []
-    for _ in range(reps + warm + 1):
-        step()
-        ends.append(time.perf_counter())
-    period = statistics.median(b - a for a, b in zip(ends[warm:], ends[warm + 1:]))
-    per = torch.tensor([period], dtype=torch.float64, device=comm_device)
-    dist.all_reduce(per, op=dist.ReduceOp.SUM)
-    return per.item() / dist.get_world_size()
+    meter.barrier("profile")
+    return mean_over_ranks(free_running_period(step, reps), meter, comm_device, dist.get_world_size())
 
 
 def boundary_floats(model, spec, device) -> int:
@@ -566,7 +571,7 @@ def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, loop_
         loops = {name: loop_fns[name](model, step, meter, cpu, make_optimizer, int(n.item()))
                  for name in sorted(loop_fns)} if world > 1 else {}
         if world > 1:
-            loops["ddp"] = ddp_loop_s(model, x, y, cap, cpu, int(n.item()))
+            loops["ddp"] = ddp_loop_s(model, x, y, cap, meter, cpu, int(n.item()))
         dist.barrier()
         if rank == 0:
             counts = model.param_counts()

@@ -20,14 +20,13 @@ the profile, as it hands it the compressors' codecs (``workbench.compress.profil
 """
 from __future__ import annotations
 
-import statistics
-import time
 from functools import partial
 from typing import Callable, Dict
 
 import torch
 import torch.distributed as dist
 
+from workbench.perfmodel.profile import free_running_period, mean_over_ranks
 from workbench.ps.protocol import PSClient
 from workbench.ps.rules import GradientRule
 from workbench.ps.server import ServerLoop
@@ -44,7 +43,6 @@ def time_loop(model, step: Callable[[], None], meter, comm_device, make_optimize
     params = list(model.parameters())
     layout = ShardLayout.of(params, 1) if payload else ShardLayout([], 1)
     saved = [p.detach().clone() for p in params]
-    warm = 3 if reps >= 10 else 1  # periods left out while the workers fall into the loop's rhythm
     period = 0.0
     meter.barrier("profile")
     if rank == server:
@@ -54,22 +52,19 @@ def time_loop(model, step: Callable[[], None], meter, comm_device, make_optimize
         ServerLoop(meter, rule, workers, expect_final=False).run()
     else:
         client = PSClient(meter, layout, [server])
-        ends = []
-        for i in range(reps + warm + 1):
+
+        def body(i: int) -> None:
             step()
             if payload:
                 client.push_pull([p.grad for p in params], params, step=i)
             else:
                 client.push_pull([], [], step=i)
-            ends.append(time.perf_counter())
+        period = free_running_period(body, reps)
         client.done()
-        period = statistics.median(b - a for a, b in zip(ends[warm:], ends[warm + 1:]))
     with torch.no_grad():
         for p, v in zip(params, saved):
             p.copy_(v)
-    per = torch.tensor([period], dtype=torch.float64, device=comm_device)
-    meter.all_reduce(per, "profile", op=dist.ReduceOp.SUM)
-    return per.item() / max(1, world - 1)
+    return mean_over_ranks(period, meter, comm_device, max(1, world - 1))  # the server timed nothing
 
 
 # the names the model looks up (``Profile.loops``)
