@@ -63,7 +63,7 @@ def test_stanza_suite_predicts_every_allocation(tmp_path):
 def test_bandwidth_suite_sweeps_emulated_links(tmp_path):
     from workbench.network.emulated import namespaces
     out = _suite(tmp_path, "bandwidth")
-    d = tmp_path / "bandwidth-2w"
+    d = tmp_path / "bandwidth-small_cnn-2w"
     rows = list(csv.DictReader(open(d / "sweep_N2.csv")))
     kinds = ("sync", "ps", "stanza", "powersgd")
     assert [(r["bandwidth"], r["run"].split(" ")[-1 if r["run"].startswith("compressed") else 0]) for r in rows] == [
@@ -83,6 +83,16 @@ def test_bandwidth_suite_sweeps_emulated_links(tmp_path):
     assert len(list(csv.DictReader(open(d / "winners_N2.csv")))) == 2
     assert "plotly" in (d / "report.html").read_text() and "| small_cnn | 5mbit |" in out
     assert [n for n in namespaces() if n.startswith("wb")] == []  # every run and probe cleaned up
+    before = (d / "sweep_N2.csv").read_text()
+    again = _suite(tmp_path, "bandwidth", "--from-runs")  # no new runs: the tables rebuilt from the model's index
+    assert (d / "sweep_N2.csv").read_text() == before and "| small_cnn | 5mbit |" in again
+
+
+def test_bandwidth_suite_refuses_to_rebuild_a_sweep_that_never_ran(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "workbench.bench", "bandwidth", "--from-runs", "--models", "vgg16",
+                        f"--out={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode != 0 and len(lines) == 1 and "no sweep of vgg16 at N=3" in lines[0], p.stderr
 
 
 @pytest.mark.slow

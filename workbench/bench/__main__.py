@@ -56,7 +56,8 @@ ALL = [
     ("planner", ["--models", "small_cnn", "--bandwidths", "emulated:50mbit,emulated:200mbit,emulated:1gbit",
                  "--repeats", "3"]),  # root: emulated links
     ("sim", []),
-    ("bandwidth", ["--repeats", "3"]),  # root: emulated links
+    ("bandwidth", ["--models", "resnet18", "--repeats", "3"]),  # root: emulated links
+    ("bandwidth", ["--models", "vgg16", "--repeats", "3"]),  # root; the longest suite (500 Mbit/s PS steps of a minute)
 ]
 
 

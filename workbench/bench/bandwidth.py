@@ -3,6 +3,7 @@ iproute2): samples/s of every paradigm at each rate, where each one wins, and th
 crossover bandwidth measured next to the one the utility model predicts.
 
     python -m workbench.bench bandwidth --write                          # resnet18 and vgg16, N = 3 workers
+    python -m workbench.bench bandwidth --models vgg16 --repeats 3 --write   # one model's section alone
     python -m workbench.bench bandwidth --models resnet18 --bandwidths 50mbit,200mbit,1gbit
     python -m workbench.bench bandwidth --repeats 3 --write              # 3 interleaved rounds: medians + spread
     python -m workbench.bench bandwidth --tiny                           # CI smoke: small_cnn, 2 workers, 2 rates
@@ -25,8 +26,10 @@ the cores with backward: what the calibration run's in-situ bandwidth leaves bey
 share). Crossover: the link rate below which a compressor beats sync. Measured, by log-linear
 interpolation of the measured speed-up between adjacent rates; predicted, the model's crossover
 bus bandwidth converted to a link rate the same way (at the lowest rate's probe efficiency).
-``--from-runs`` rebuilds every table from the last sweep's runs and probes (``index.json``), e.g.
-after a change to the model.
+Each model has its own report (``<out>/bandwidth-<model>-<N>w/``) and its own section of
+BENCHMARKS.md, so one model's sweep can be rerun without the other's hours. ``--from-runs`` rebuilds
+each model's tables from its last sweep's runs and probes (its ``index.json``), e.g. after a change
+to the model.
 
 Why these rates: a CPU computes one to two orders of magnitude slower than the papers' GPUs, so the
 papers' 1–100 Gbit/s networks are re-created by their *ratio* of communication to computation time,
@@ -64,8 +67,8 @@ def main(argv=None) -> None:
     p.add_argument("--compressors", default=",".join(COMPRESSORS))
     p.add_argument("--repeats", type=int, default=1, help="interleaved rounds over all runs; medians + spread")
     p.add_argument("--calibrate-at", help="link rate of the utility model's calibration run (default: the highest)")
-    p.add_argument("--from-runs", action="store_true", help="no new runs: rebuild the tables from <out>/bandwidth-<N>w/"
-                   "index.json (the runs and link probes of the last sweep)")
+    p.add_argument("--from-runs", action="store_true", help="no new runs: rebuild each model's tables from "
+                   "<out>/bandwidth-<model>-<N>w/index.json (the runs and link probes of its last sweep)")
     a = p.parse_args(argv)
     if a.tiny:
         a.models, a.workers, a.compressors, a.steps, a.bandwidths = "small_cnn", 2, "powersgd", 3, None
@@ -74,15 +77,16 @@ def main(argv=None) -> None:
     for model in a.models.split(","):
         rates = sorted((a.bandwidths or RATES.get(model, RATES["resnet18"])).split(","), key=parse_rate)
         plan[model] = (rates, a.calibrate_at or rates[-1])
-    suite = f"bandwidth-{a.workers}w"
-    out = Path(a.out) / suite
+
+    def out_of(model):  # one report and one BENCHMARKS.md section per model: each regenerates alone
+        return Path(a.out) / f"bandwidth-{model}-{a.workers}w"
     jobs = []  # (model, rate, label, kind, cfg); every config validated before the first run starts
     for model, (rates, cal_rate) in plan.items():
         def cfg(rate, ov):
             return workbench.compose(ov + report.data_overrides(model, a.batch) + [
                 f"model={model}", "network=emulated", f"network.bandwidth={rate}", f"trainer.max_steps={a.steps}",
                 "trainer.eval_every=100000", "trainer.progress=false", "cluster.timeout_s=900",
-                f"output_root={out / 'runs'}"])
+                f"output_root={out_of(model) / 'runs'}"])
         jobs.append((model, cal_rate, "model calibration: compressed none", "calibration",
                      cfg(cal_rate, ["trainer=compressed", "compressor=none", f"cluster.nproc={a.workers}",
                                     "trainer.calibrate_steps=3"])))
@@ -92,10 +96,16 @@ def main(argv=None) -> None:
     for *_, c in ([] if a.from_runs else jobs):
         validate(c)
 
-    index = out / "index.json"  # what ran where, and the probes: --from-runs rebuilds the tables from it
+    # What ran where, and the probes, per model: --from-runs rebuilds a model's tables from its index.
     if a.from_runs:
-        saved = json.loads(index.read_text())
-        probes, entries = saved["probes"], saved["runs"]
+        probes, entries = {}, []
+        for model in plan:
+            index = out_of(model) / "index.json"
+            if not index.exists():
+                raise SystemExit(f"error: --from-runs: no sweep of {model} at N={a.workers} to rebuild ({index} is missing)")
+            saved = json.loads(index.read_text())
+            probes.update(saved["probes"])
+            entries += saved["runs"]
         plan = {e["model"]: (sorted({x["rate"] for x in entries if x["model"] == e["model"]}, key=parse_rate), e["rate"])
                 for e in entries if e["kind"] == "calibration"}
         a.compressors = ",".join(dict.fromkeys(e["kind"] for e in entries if e["label"].startswith("compressed:")))
@@ -113,7 +123,10 @@ def main(argv=None) -> None:
             run = workbench.launch(c, progress=False, check=False)
             entries.append({"model": model, "rate": rate, "label": label, "kind": kind, "run_dir": str(run.path),
                             "round": i // len(jobs)})
-            index.write_text(json.dumps({"probes": probes, "runs": entries}, indent=1))
+            mine = [e for e in entries if e["model"] == model]
+            out_of(model).mkdir(parents=True, exist_ok=True)
+            (out_of(model) / "index.json").write_text(json.dumps(
+                {"probes": {r: probes[r] for r in dict.fromkeys(e["rate"] for e in mine)}, "runs": mine}, indent=1))
             if kind != "calibration":
                 report.progress(row(entries[-1], run, probes))
     loaded = [(e, Run(e["run_dir"])) for e in entries]  # each run's summary and records read once
@@ -122,53 +135,60 @@ def main(argv=None) -> None:
     rows = report.merge_repeats(
         [[row(e, r, probes) for e, r in loaded if e["kind"] != "calibration" and e.get("round", 0) == i]
          for i in range(rounds)], lambda r: (r["model"], r["bandwidth"], r["run"]), ["samples/s"])
-
-    crossings, winners = [], []
-    for model, (rates, cal_rate) in plan.items():
-        model_rows = [r for r in rows if r["model"] == model]
-        pred = predictions(model, rates, cal_rate, runs, probes, a.compressors.split(","))
-        for r in model_rows:
-            sync = next((x["samples/s"] for x in model_rows if x["bandwidth"] == r["bandwidth"] and x["kind"] == "sync"), None)
-            r["vs sync"] = round(r["samples/s"] / sync, 2) if r["samples/s"] and sync else None
-            pr = pred.get("samples", {}).get((r["bandwidth"], r["kind"]))
-            r["predicted samples/s"] = round(pr, 2) if pr else None
-            r["error"] = f"{100 * (pr / r['samples/s'] - 1):+.0f} %" if pr and r["samples/s"] else None
-        for comp in a.compressors.split(","):
-            speed = [(parse_rate(x["bandwidth"]), x["vs sync"]) for x in model_rows if x["kind"] == comp and x["vs sync"]]
-            measured = crossing(speed)
-            predicted = pred.get("crossover", {}).get(comp)
-            crossings.append({"model": model, "compressor": comp, "measured crossover": rate_text(measured),
-                              "predicted crossover": rate_text(predicted),
-                              "predicted / measured": (f"{predicted / measured:.2f}" if finite(measured)
-                                                       and finite(predicted) else None),
-                              "speed-up vs sync, lowest → highest rate": " → ".join(f"{s:.2f}" for _, s in speed)})
-        for rate in rates:
-            at = [x for x in model_rows if x["bandwidth"] == rate and x["samples/s"]]
-            if not at:
-                continue
-            best = max(at, key=lambda x: x["samples/s"])
-            by = {x["kind"]: x["samples/s"] for x in at}
-            winners.append({"model": model, "bandwidth": rate, "comm/compute": pred.get("ratio", {}).get(rate),
-                            "winner": best["run"], "samples/s": best["samples/s"],
-                            "stanza / ps": round(by["stanza"] / by["ps"], 2) if by.get("stanza") and by.get("ps") else None,
-                            "powersgd / sync": round(by["powersgd"] / by["sync"], 2) if by.get("powersgd") and by.get("sync") else None})
-    cols = ["model", "bandwidth", "link", "run", "samples/s"] + (["samples/s spread", "repeats"] if rounds > 1 else []) + ["vs sync", "predicted samples/s", "error", "status"]
-    tables = [report.Table(f"sweep_N{a.workers}", f"samples/s per paradigm and link rate, N = {a.workers} workers, batch "
-                           f"{a.batch} per worker, {a.steps} steps (link: all-reduce bus bandwidth the probe achieved, "
-                           "of the rate; predicted: the compression-utility model)", rows, cols),
-              report.Table(f"winners_N{a.workers}", "Where each paradigm wins (comm/compute: predicted ring all-reduce "
-                           "time over backward compute time, the quantity that maps a rate here onto a paper's network)",
-                           winners),
-              report.Table(f"crossover_N{a.workers}", "Compression crossover: the link rate below which the compressor "
-                           "beats sync, measured vs predicted by the utility model", crossings)]
     args = [x for x in (argv if argv is not None else []) if x != "--from-runs"]
     cmd = ("python -m workbench.bench bandwidth " + " ".join(args)).strip() + "   (as root)"
     if a.from_runs:  # the runs came from the sweep command; these tables were rebuilt from them
         cmd += f"; tables rebuilt from its runs with --from-runs on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
-    path = report.write(suite, f"bandwidth sweep, N={a.workers}", cmd, tables,
-                        [figure(rows, m) for m in plan], out_root=a.out,
-                        benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
-    print("\n\n".join(t.markdown() for t in tables) + f"\n\nreport: {path / 'report.html'}")
+    for model, (rates, cal_rate) in plan.items():
+        model_rows = [r for r in rows if r["model"] == model]
+        tables = model_tables(model, rates, model_rows, a.workers, a.batch, a.steps, rounds,
+                              predictions(model, rates, cal_rate, runs, probes, a.compressors.split(",")),
+                              a.compressors.split(","))
+        path = report.write(out_of(model).name, f"bandwidth sweep: {model}, N={a.workers}", cmd, tables,
+                            [figure(rows, model)], out_root=a.out,
+                            benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
+        print("\n\n".join(t.markdown() for t in tables) + f"\n\nreport: {path / 'report.html'}")
+
+
+def model_tables(model, rates, model_rows, workers, batch, steps, rounds, pred, compressors) -> list:
+    """One model's three tables: samples/s per paradigm and rate (with the utility model's prediction
+    and the speed-up over sync), where each paradigm wins, and each compressor's crossover."""
+    from workbench.network import parse_rate
+    crossings, winners = [], []
+    for r in model_rows:
+        sync = next((x["samples/s"] for x in model_rows if x["bandwidth"] == r["bandwidth"] and x["kind"] == "sync"), None)
+        r["vs sync"] = round(r["samples/s"] / sync, 2) if r["samples/s"] and sync else None
+        pr = pred.get("samples", {}).get((r["bandwidth"], r["kind"]))
+        r["predicted samples/s"] = round(pr, 2) if pr else None
+        r["error"] = f"{100 * (pr / r['samples/s'] - 1):+.0f} %" if pr and r["samples/s"] else None
+    for comp in compressors:
+        speed = [(parse_rate(x["bandwidth"]), x["vs sync"]) for x in model_rows if x["kind"] == comp and x["vs sync"]]
+        measured = crossing(speed)
+        predicted = pred.get("crossover", {}).get(comp)
+        crossings.append({"model": model, "compressor": comp, "measured crossover": rate_text(measured),
+                          "predicted crossover": rate_text(predicted),
+                          "predicted / measured": (f"{predicted / measured:.2f}" if finite(measured)
+                                                   and finite(predicted) else None),
+                          "speed-up vs sync, lowest → highest rate": " → ".join(f"{s:.2f}" for _, s in speed)})
+    for rate in rates:
+        at = [x for x in model_rows if x["bandwidth"] == rate and x["samples/s"]]
+        if not at:
+            continue
+        best = max(at, key=lambda x: x["samples/s"])
+        by = {x["kind"]: x["samples/s"] for x in at}
+        winners.append({"model": model, "bandwidth": rate, "comm/compute": pred.get("ratio", {}).get(rate),
+                        "winner": best["run"], "samples/s": best["samples/s"],
+                        "stanza / ps": round(by["stanza"] / by["ps"], 2) if by.get("stanza") and by.get("ps") else None,
+                        "powersgd / sync": round(by["powersgd"] / by["sync"], 2) if by.get("powersgd") and by.get("sync") else None})
+    cols = ["model", "bandwidth", "link", "run", "samples/s"] + (["samples/s spread", "repeats"] if rounds > 1 else []) + ["vs sync", "predicted samples/s", "error", "status"]
+    return [report.Table(f"sweep_N{workers}", f"samples/s per paradigm and link rate, N = {workers} workers, batch "
+                         f"{batch} per worker, {steps} steps (link: all-reduce bus bandwidth the probe achieved, "
+                         "of the rate; predicted: the compression-utility model)", model_rows, cols),
+            report.Table(f"winners_N{workers}", "Where each paradigm wins (comm/compute: predicted ring all-reduce "
+                         "time over backward compute time, the quantity that maps a rate here onto a paper's network)",
+                         winners),
+            report.Table(f"crossover_N{workers}", "Compression crossover: the link rate below which the compressor "
+                         "beats sync, measured vs predicted by the utility model", crossings)]
 
 
 def row(entry, run, probes) -> dict:
