@@ -83,16 +83,29 @@ def test_bandwidth_suite_sweeps_emulated_links(tmp_path):
     assert len(list(csv.DictReader(open(d / "winners_N2.csv")))) == 2
     assert "plotly" in (d / "report.html").read_text() and "| small_cnn | 5mbit |" in out
     assert [n for n in namespaces() if n.startswith("wb")] == []  # every run and probe cleaned up
-    before = (d / "sweep_N2.csv").read_text()
+    before, runs = (d / "sweep_N2.csv").read_text(), sorted((d / "runs").rglob("summary.json"))
     again = _suite(tmp_path, "bandwidth", "--from-runs")  # no new runs: the tables rebuilt from the model's index
     assert (d / "sweep_N2.csv").read_text() == before and "| small_cnn | 5mbit |" in again
+    resumed = _suite(tmp_path, "bandwidth", "--resume")  # every run is complete: nothing runs again
+    assert sorted((d / "runs").rglob("summary.json")) == runs and (d / "sweep_N2.csv").read_text() == before
+    assert f"resume small_cnn: {len(runs)} completed runs kept" in resumed
 
 
-def test_bandwidth_suite_refuses_to_rebuild_a_sweep_that_never_ran(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "workbench.bench", "bandwidth", "--from-runs", "--models", "vgg16",
-                        f"--out={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+def _refusal(tmp_path, *args):
+    p = subprocess.run([sys.executable, "-m", "workbench.bench", "bandwidth", *args, f"--out={tmp_path}"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
     lines = p.stderr.strip().splitlines()
-    assert p.returncode != 0 and len(lines) == 1 and "no sweep of vgg16 at N=3" in lines[0], p.stderr
+    assert p.returncode != 0 and len(lines) == 1 and lines[0].startswith("error: "), p.stderr
+    return lines[0]
+
+
+def test_bandwidth_suite_refuses_to_rebuild_or_resume_what_it_cannot(tmp_path):
+    assert "no sweep of vgg16 at N=3" in _refusal(tmp_path, "--from-runs", "--models", "vgg16")
+    # a sweep taken with other settings is not continued: its rows would not be the same experiment
+    d = tmp_path / "bandwidth-vgg16-3w"
+    d.mkdir()
+    (d / "index.json").write_text(json.dumps({"settings": {"steps": 9}, "probes": {}, "runs": []}))
+    assert "other settings" in _refusal(tmp_path, "--resume", "--models", "vgg16")
 
 
 @pytest.mark.slow

@@ -27,7 +27,8 @@ share). Crossover: the link rate below which a compressor beats sync. Measured, 
 interpolation of the measured speed-up between adjacent rates; predicted, the model's crossover
 bus bandwidth converted to a link rate the same way (at the lowest rate's probe efficiency).
 Each model has its own report (``<out>/bandwidth-<model>-<N>w/``) and its own section of
-BENCHMARKS.md, so one model's sweep can be rerun without the other's hours. ``--from-runs`` rebuilds
+BENCHMARKS.md, so one model's sweep can be rerun without the other's hours. ``--resume`` keeps the completed runs of an interrupted sweep
+(same settings) and runs the rest. ``--from-runs`` rebuilds
 each model's tables from its last sweep's runs and probes (its ``index.json``), e.g. after a change
 to the model.
 
@@ -67,6 +68,8 @@ def main(argv=None) -> None:
     p.add_argument("--compressors", default=",".join(COMPRESSORS))
     p.add_argument("--repeats", type=int, default=1, help="interleaved rounds over all runs; medians + spread")
     p.add_argument("--calibrate-at", help="link rate of the utility model's calibration run (default: the highest)")
+    p.add_argument("--resume", action="store_true", help="keep the completed runs of each model's last sweep (its "
+                   "index.json, same settings) and run only the rest: a sweep of hours survives a stop")
     p.add_argument("--from-runs", action="store_true", help="no new runs: rebuild each model's tables from "
                    "<out>/bandwidth-<model>-<N>w/index.json (the runs and link probes of its last sweep)")
     a = p.parse_args(argv)
@@ -77,6 +80,10 @@ def main(argv=None) -> None:
     for model in a.models.split(","):
         rates = sorted((a.bandwidths or RATES.get(model, RATES["resnet18"])).split(","), key=parse_rate)
         plan[model] = (rates, a.calibrate_at or rates[-1])
+
+    # what a model's runs depend on: --resume keeps earlier runs only under the same settings
+    settings = {m: {"rates": rates, "calibrate_at": cal, "workers": a.workers, "batch": a.batch, "steps": a.steps,
+                    "compressors": a.compressors.split(",")} for m, (rates, cal) in plan.items()}
 
     def out_of(model):  # one report and one BENCHMARKS.md section per model: each regenerates alone
         return Path(a.out) / f"bandwidth-{model}-{a.workers}w"
@@ -93,12 +100,14 @@ def main(argv=None) -> None:
         for rate in rates:
             for label, kind, ov in runs_for(a.workers, a.compressors.split(",")):
                 jobs.append((model, rate, label.replace(" (a CONV worker)", ""), kind, cfg(rate, ov)))
+    probes = {}  # link rate -> the all-reduce bus bandwidth its probe achieved (bits/s)
+    done = kept_runs(plan, out_of, settings, probes) if a.resume and not a.from_runs else {}
     for *_, c in ([] if a.from_runs else jobs):
         validate(c)
 
     # What ran where, and the probes, per model: --from-runs rebuilds a model's tables from its index.
     if a.from_runs:
-        probes, entries = {}, []
+        entries = []
         for model in plan:
             index = out_of(model) / "index.json"
             if not index.exists():
@@ -110,11 +119,14 @@ def main(argv=None) -> None:
                 for e in entries if e["kind"] == "calibration"}
         a.compressors = ",".join(dict.fromkeys(e["kind"] for e in entries if e["label"].startswith("compressed:")))
     else:
-        probes, entries = {}, []
+        entries = []
         from workbench.network.calibrate import calibrate as probe_link
         for i, (model, rate, label, kind, c) in enumerate(j for _ in range(a.repeats) for j in jobs):
             if kind == "calibration" and i >= len(jobs):
                 continue  # the model's calibration is not a timed row: once is enough
+            if (model, rate, kind, i // len(jobs)) in done:
+                entries.append(done[(model, rate, kind, i // len(jobs))])
+                continue
             if rate not in probes:
                 res = probe_link(a.workers, rate, sizes_mb=(PROBE_MB,), repeats=2)
                 probes[rate] = next(r for r in res["rows"] if r["kind"] == "allreduce")["achieved_bits_per_s"]
@@ -126,7 +138,8 @@ def main(argv=None) -> None:
             mine = [e for e in entries if e["model"] == model]
             out_of(model).mkdir(parents=True, exist_ok=True)
             (out_of(model) / "index.json").write_text(json.dumps(
-                {"probes": {r: probes[r] for r in dict.fromkeys(e["rate"] for e in mine)}, "runs": mine}, indent=1))
+                {"settings": settings[model], "probes": {r: probes[r] for r in dict.fromkeys(e["rate"] for e in mine)},
+                 "runs": mine}, indent=1))
             if kind != "calibration":
                 report.progress(row(entries[-1], run, probes))
     loaded = [(e, Run(e["run_dir"])) for e in entries]  # each run's summary and records read once
@@ -135,8 +148,10 @@ def main(argv=None) -> None:
     rows = report.merge_repeats(
         [[row(e, r, probes) for e, r in loaded if e["kind"] != "calibration" and e.get("round", 0) == i]
          for i in range(rounds)], lambda r: (r["model"], r["bandwidth"], r["run"]), ["samples/s"])
-    args = [x for x in (argv if argv is not None else []) if x != "--from-runs"]
+    args = [x for x in (argv if argv is not None else []) if x not in ("--from-runs", "--resume")]
     cmd = ("python -m workbench.bench bandwidth " + " ".join(args)).strip() + "   (as root)"
+    if done:  # an honest header: part of the rows ran before this invocation
+        cmd += f"; resumed with --resume, {len(done)} of its runs kept from an earlier start"
     if a.from_runs:  # the runs came from the sweep command; these tables were rebuilt from them
         cmd += f"; tables rebuilt from its runs with --from-runs on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
     for model, (rates, cal_rate) in plan.items():
@@ -148,6 +163,25 @@ def main(argv=None) -> None:
                             [figure(rows, model)], out_root=a.out,
                             benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
         print("\n\n".join(t.markdown() for t in tables) + f"\n\nreport: {path / 'report.html'}")
+
+
+def kept_runs(plan, out_of, settings, probes) -> dict:
+    """The completed runs of each model's last sweep, by (model, rate, kind, round), for --resume;
+    their link probes go into ``probes``. A sweep under other settings is refused in one line."""
+    done = {}
+    for model in plan:
+        index = out_of(model) / "index.json"
+        if not index.exists():
+            continue
+        saved = json.loads(index.read_text())
+        if saved.get("settings") != settings[model]:
+            raise SystemExit(f"error: --resume: {index} is a sweep with other settings ({saved.get('settings')}), "
+                             f"not {settings[model]}; rerun without --resume")
+        probes.update(saved["probes"])
+        kept = [e for e in saved["runs"] if Run(e["run_dir"]).status == "completed"]
+        done.update({(e["model"], e["rate"], e["kind"], e.get("round", 0)): e for e in kept})
+        print(f"resume {model}: {len(kept)} completed runs kept from {index}", flush=True)
+    return done
 
 
 def model_tables(model, rates, model_rows, workers, batch, steps, rounds, pred, compressors) -> list:
