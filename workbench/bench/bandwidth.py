@@ -143,7 +143,7 @@ def main(argv=None) -> None:
             if kind != "calibration":
                 report.progress(row(entries[-1], run, probes))
     loaded = [(e, Run(e["run_dir"])) for e in entries]  # each run's summary and records read once
-    runs = {(e["model"], e["rate"], e["kind"]): r for e, r in loaded if r.summary.get("status") == "completed"}
+    runs = {(e["model"], e["rate"], e["kind"]): r for e, r in loaded if r.status == "completed"}
     rounds = max((e.get("round", 0) for e in entries), default=0) + 1
     rows = report.merge_repeats(
         [[row(e, r, probes) for e, r in loaded if e["kind"] != "calibration" and e.get("round", 0) == i]
@@ -227,11 +227,11 @@ def model_tables(model, rates, model_rows, workers, batch, steps, rounds, pred, 
 
 def row(entry, run, probes) -> dict:
     from workbench.network import parse_rate
-    ok = run.summary.get("status") == "completed"
+    ok = run.status == "completed"  # a run killed before its summary has none
     sps = report.samples_per_s(run) if ok else None
     return {"model": entry["model"], "bandwidth": entry["rate"], "run": entry["label"], "kind": entry["kind"],
             "link": f"{probes[entry['rate']] / parse_rate(entry['rate']):.0%}",
-            "samples/s": round(sps, 2) if sps else None, "status": run.summary.get("status")}
+            "samples/s": round(sps, 2) if sps else None, "status": run.status or "no summary"}
 
 
 def predictions(model, rates, cal_rate, runs, probes, compressors) -> dict:
