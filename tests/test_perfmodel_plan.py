@@ -371,6 +371,44 @@ def test_stanza_is_perfmodel_stanza_on_the_profile():
     assert P.stanza(PROF, cl, 1).bytes == st.stanza_conv_worker_bytes(1000, 50, 10, 3)
 
 
+def test_stanza_behind_token_buckets_hides_the_conv_rings_wait_behind_backward():
+    """Behind the emulated links Stanza pays, as DDP does there, this host's part of every transfer
+    in series and the token bucket's wait for what its refilled burst does not cover; the CONV
+    group's DDP rings its buckets while the conv backward still runs, so the bucket's wait of the
+    first hides behind the backward's remainder. With the loops timed, the host part is the
+    loopback's in-loop line (the same cores and scheduler)."""
+    import dataclasses
+    import workbench
+    from workbench.plan import cluster_for
+    pc, pf = 100_000, 9000
+    prof = synthetic_profile(params_conv=pc, params_fc=pf, buckets=[{"numel": pf + pc // 2, "shapes": []},
+                                                                   {"numel": pc // 2, "shapes": []}])
+    assert P._conv_bucket_numels(prof) == [pc // 2, pc // 2]  # the classifier fills the first bucket
+    cfg = workbench.compose([])
+    cl = cluster_for(cfg, prof, 4, "emulated:100mbit", 5e-5)
+    host = P._host_line(prof, cl)
+    assert host.bandwidth == pytest.approx(prof.beta) and host.ar_bw == pytest.approx(prof.beta_allreduce)
+    assert host.latency == prof.alpha and host.shaper_rate == cl.shaper_rate
+    x = P.stanza_inputs(prof, host)
+    t = st.breakdown(x, 3, 1)
+    conv, bwd = t["conv_compute"], 0.75 * t["conv_compute"]
+    d = t["transfer"] + P.shaper_delay_s(cl, 4 * 50 * 10, conv)
+    assert d == t["transfer"]  # 2 KB of activations pass in the burst
+    fc_phase = 2 * d + t["fc_compute"] + 2 * max(d, t["fc_compute"])  # 3 CONV workers on one FC worker
+    wire = P.shaper_delay_s(cl, meter.allreduce_bytes(4 * pc, 3), fc_phase + 0.25 * conv)
+    assert wire > bwd / 2  # the first bucket's wait outlasts the backward's second half
+    exposed = max(bwd, bwd / 2 + wire / 2) + wire / 2 - bwd
+    step = fc_phase + conv + t["allreduce_conv"] + exposed + t["update_conv"]
+    assert P.stanza(prof, cl, 1).step_s == pytest.approx(step)
+    assert exposed < wire  # the overlap pays: the old line charged all of it, and the shaper's 8/rate on every byte
+    assert P.stanza(prof, cl, 1).step_s < st.step_time(P.stanza_inputs(prof, cl), 3, 1)
+    # with the PS loops timed, the host part is the loopback's in-loop line at the same ranks
+    looped = dataclasses.replace(prof, loops={"ps/async": 0.05, "ps/async/header": 0.04})
+    line = P.loop_link(looped, cluster_for(cfg, looped, 4, "loopback", 5e-5))
+    assert line.latency > prof.alpha and P._host_line(looped, cl).latency == pytest.approx(line.latency)
+    assert P._host_line(looped, cl).bandwidth == pytest.approx(line.bandwidth)
+
+
 def test_speedup_divides_compute_only():
     fast = PROF.with_speedup(10.0)
     assert fast.compute_s(1) == pytest.approx(PROF.compute_s(1) / 10)

@@ -596,14 +596,63 @@ def stanza_inputs(prof: Profile, cl: Cluster, batch: Optional[int] = None) -> st
                            t_c_at=at(prof.t_c_at), t_f_at=at(prof.t_f_at))
 
 
+def _host_line(prof: Profile, cl: Cluster) -> Cluster:
+    """Behind the emulated links' shapers: ``cl`` with this host's own part of a transfer alone, the
+    shaper's wait left to the caller. The same ranks on the same cores and scheduler as on this
+    host's loopback, so the part is the loopback's line in the loop where the profile timed it
+    (:func:`loop_link`), else this host's stack (point to point and the ring's)."""
+    twin = replace(cl, shared_host=True, cores_shared=False, shaper_rate=0.0, shaper_burst=0.0, host_bandwidth=0.0,
+                   bandwidth=_host_bandwidth(cl), allreduce_bandwidth=1 / max(1e-30, 1 / cl.ar_bw - 1 / cl.shaper_rate))
+    line = loop_link(prof, twin)
+    return replace(cl, bandwidth=line.bandwidth, latency=line.latency, allreduce_bandwidth=line.allreduce_bandwidth)
+
+
+def _conv_bucket_numels(prof: Profile) -> List[float]:
+    """The CONV group's DDP buckets (it wraps the features alone): the profile's buckets of the whole
+    model less the classifier, whose parameters come last in the model and so fill the first bucket."""
+    numels, fc = [], prof.params_fc
+    for bk in prof.buckets:
+        take = min(fc, bk["numel"])
+        fc -= take
+        if bk["numel"] - take > 0:
+            numels.append(bk["numel"] - take)
+    return numels or [prof.params_conv]
+
+
+def _stanza_behind_shaper(prof: Profile, cl: Cluster, x: st.StanzaInputs, n_c: int, n_f: int) -> Dict[str, float]:
+    """Stanza's schedule behind token buckets (the emulated links), as DDP's is in :func:`_dp`: every
+    transfer and ring pays this host's stack in series (``x``: the host's line), and the bucket's
+    wait (``shaper_delay_s``) for what it did not refill. The CONV group's DDP all-reduces its
+    buckets while the conv backward still runs, so the bucket's wait of that ring hides behind
+    the backward's remainder (``exposed_after_backward``); the host part, which takes the same
+    cores, does not. The activations (a few KB to MB) mostly pass in the burst."""
+    t = dict(st.breakdown(x, n_c, n_f))
+    conv, k, f = t["conv_compute"], t["pieces"], t["fc_compute"]
+    d = t["transfer"] + shaper_delay_s(cl, x.s * x.a * x.b, conv)  # the link idled through the conv compute
+    fc_phase = 2 * d + f + (k - 1) * max(d, f)
+    ring_c, ring_f = C.allreduce_bytes(x.s * x.p_c, n_c), C.allreduce_bytes(x.s * x.p_f, n_f)
+    wire = shaper_delay_s(cl, ring_c, fc_phase + prof.fwd_share * conv)
+    numels = _conv_bucket_numels(prof)
+    exposed = exposed_after_backward((1 - prof.fwd_share) * conv, [wire * n / sum(numels) for n in numels], numels)
+    conv_window = conv + t["allreduce_conv"] + exposed + t["update_conv"]
+    fc_tail = t["allreduce_fc"] + shaper_delay_s(cl, ring_f, conv) + t["update_fc"]
+    t.update(transfer=d, fc_phase=fc_phase, allreduce_conv=t["allreduce_conv"] + exposed,
+             fc_exposed=max(0.0, fc_tail - conv_window), step=fc_phase + max(conv_window, fc_tail))
+    return t
+
+
 def stanza(prof: Profile, cl: Cluster, fc_workers: int = 1) -> Prediction:
     """Stanza's schedule (``perfmodel.stanza.breakdown``) with n_f FC workers of ``cl.ranks``."""
     n_f = fc_workers
     n_c = cl.ranks - n_f
     if n_c < 1 or n_f < 1:
         raise ValueError(f"Stanza needs 1 <= n_f < ranks, got n_f={n_f} of {cl.ranks}")
-    x = stanza_inputs(prof, loop_link(prof, cl))  # its activations and sub-group rings: this host's in-loop line
-    t = st.breakdown(x, n_c, n_f)
+    if cl.shaper_rate > 0:
+        x = stanza_inputs(prof, _host_line(prof, cl))
+        t = _stanza_behind_shaper(prof, cl, x, n_c, n_f)
+    else:
+        x = stanza_inputs(prof, loop_link(prof, cl))  # its activations and sub-group rings: this host's in-loop line
+        t = st.breakdown(x, n_c, n_f)
     by = st.stanza_conv_worker_bytes(prof.params_conv, prof.boundary, x.b, n_c)
     terms = {"conv_compute": t["conv_compute"], "fc_compute": t["fc_compute"] * t["pieces"],
              "transfer": 2 * t["transfer"] * t["pieces"], "allreduce": t["allreduce_conv"] + t["fc_exposed"],
