@@ -55,6 +55,7 @@ ALL = [
     ("planner", ["--models", "resnet18", "--repeats", "3"]),  # compute-bound: steps of a second
     ("planner", ["--models", "small_cnn", "--bandwidths", "emulated:50mbit,emulated:200mbit,emulated:1gbit",
                  "--repeats", "3"]),  # root: emulated links
+    ("planner", ["--models", "resnet18", "--bandwidths", "emulated:1gbit", "--repeats", "3"]),  # root
     ("sim", []),
     ("bandwidth", ["--models", "resnet18", "--repeats", "3"]),  # root: emulated links
     ("bandwidth", ["--models", "vgg16", "--repeats", "3"]),  # root; the longest suite (500 Mbit/s PS steps of a minute)
