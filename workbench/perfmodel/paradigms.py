@@ -621,8 +621,8 @@ def _conv_bucket_numels(prof: Profile) -> List[float]:
 
 def _stanza_behind_shaper(prof: Profile, cl: Cluster, x: st.StanzaInputs, n_c: int, n_f: int) -> Dict[str, float]:
     """Stanza's schedule behind token buckets (the emulated links), as DDP's is in :func:`_dp`: every
-    transfer and ring pays this host's stack in series (``x``: the host's line), and the bucket's
-    wait (``shaper_delay_s``) for what it did not refill. The CONV group's DDP all-reduces its
+    transfer and ring pays this host's part in series (``x`` is on :func:`_host_line`), and the
+    bucket's wait (``shaper_delay_s``) for what it did not refill. The CONV group's DDP all-reduces its
     buckets while the conv backward still runs, so the bucket's wait of that ring hides behind
     the backward's remainder (``exposed_after_backward``); the host part, which takes the same
     cores, does not. The activations (a few KB to MB) mostly pass in the burst."""
