@@ -272,7 +272,7 @@ def cluster_for(cfg: DictConfig, prof: Profile, ranks: int, bw: str, latency_s: 
         return Cluster(ranks, 1 / (per_byte + 1 / prof.beta), prof.alpha, 1 / (per_byte + 1 / prof.beta_allreduce),
                        shared_host=False, cores_shared=True, stragglers=stragglers, label=bw,
                        shaper_rate=payload_rate(rate), shaper_burst=tbf_burst(rate) * PAYLOAD_PER_FRAME,
-                       host_bandwidth=prof.beta)
+                       host_bandwidth=prof.beta, host_allreduce_bandwidth=prof.beta_allreduce)
     return Cluster(ranks, bandwidth_bps(bw) / 8, latency_s, None, shared_host=False, stragglers=stragglers, label=bw)
 
 

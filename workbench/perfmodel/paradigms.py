@@ -78,9 +78,10 @@ class Cluster:
     # Zero on a real link (line rate, no burst) and on loopback.
     shaper_rate: float = 0.0
     shaper_burst: float = 0.0
-    # Behind a shaper, bytes/s of this host's own stack (``bandwidth`` is it and the shaper in series);
-    # 0: recovered from the two.
+    # Behind a shaper, bytes/s of this host's own stack (``bandwidth`` is it and the shaper in series)
+    # and of its ring (``allreduce_bandwidth`` likewise); 0: recovered from the two.
     host_bandwidth: float = 0.0
+    host_allreduce_bandwidth: float = 0.0
 
     @property
     def ar_bw(self) -> float:
@@ -177,6 +178,13 @@ def exposed_after_backward(bwd: float, comm: Sequence[float], numels: Sequence[f
     return max(0.0, done - bwd)
 
 
+def _shares(total: float, weights: Sequence[float]) -> List[float]:
+    """``total`` split over the buckets in proportion to ``weights``: a token bucket's wait for one
+    step's bytes, told per bucket so that each part can hide behind what backward has left."""
+    whole = float(sum(weights)) or 1.0
+    return [total * w / whole for w in weights]
+
+
 def shaper_delay_s(cl: Cluster, nbytes: float, idle_s: float) -> float:
     """Seconds a token bucket holds ``nbytes`` sent in one go, once per step after ``idle_s`` of
     the link's silence: it starts with the tokens refilled meanwhile (at most its burst) and passes
@@ -243,7 +251,7 @@ def _dp(prof: Profile, cl: Cluster, codec: Optional[dict]) -> Prediction:
         # emulated links here: the collectives' host part (timed in situ) takes the shared cores
         # and never hides; the shaper's wait, which spends no CPU, overlaps backward as on a link
         wire = shaper_delay_s(cl, sum(sent), comp + sum(codec_s) + upd + sum(comm))
-        exposed = sum(comm) + exposed_after_backward(bwd, [wire * n / max(sum(sent), 1) for n in sent], numels)
+        exposed = sum(comm) + exposed_after_backward(bwd, _shares(wire, sent), numels)
     else:
         exposed = exposed_after_backward(bwd, comm, numels)
     step = comp + exposed + sum(codec_s) + upd
@@ -298,12 +306,13 @@ def crossover_bps(prof: Profile, cl: Cluster, compressor: str, lo: float = 1e3, 
 # ---------------------------------------------------------------------------------------------
 # Parameter server: hardsync, asynchronous, n-softsync
 
-def _host_bandwidth(cl: Cluster) -> float:
-    """Bytes/s of this host's stack alone on a shaped link (``cl.bandwidth`` is it and the shaper's
-    rate in series)."""
-    if cl.host_bandwidth > 0:
-        return cl.host_bandwidth
-    return 1 / max(1e-30, 1 / cl.bandwidth - 1 / cl.shaper_rate)
+def _host_bandwidth(cl: Cluster, ring: bool = False) -> float:
+    """Bytes/s of this host's stack alone on a shaped link, point to point or (``ring``) the ring's
+    (``cl.bandwidth`` and ``cl.ar_bw`` are each it and the shaper's rate in series)."""
+    host, line = (cl.host_allreduce_bandwidth, cl.ar_bw) if ring else (cl.host_bandwidth, cl.bandwidth)
+    if host > 0:
+        return host
+    return 1 / max(1e-30, 1 / line - 1 / cl.shaper_rate)
 
 
 def _increasing_root(h: Callable[[float], float], lo: float, hi: float, rounds: int) -> float:
@@ -602,7 +611,8 @@ def _host_line(prof: Profile, cl: Cluster) -> Cluster:
     host's loopback, so the part is the loopback's line in the loop where the profile timed it
     (:func:`loop_link`), else this host's stack (point to point and the ring's)."""
     twin = replace(cl, shared_host=True, cores_shared=False, shaper_rate=0.0, shaper_burst=0.0, host_bandwidth=0.0,
-                   bandwidth=_host_bandwidth(cl), allreduce_bandwidth=1 / max(1e-30, 1 / cl.ar_bw - 1 / cl.shaper_rate))
+                   host_allreduce_bandwidth=0.0, bandwidth=_host_bandwidth(cl),
+                   allreduce_bandwidth=_host_bandwidth(cl, ring=True))
     line = loop_link(prof, twin)
     return replace(cl, bandwidth=line.bandwidth, latency=line.latency, allreduce_bandwidth=line.allreduce_bandwidth)
 
@@ -626,19 +636,16 @@ def _stanza_behind_shaper(prof: Profile, cl: Cluster, x: st.StanzaInputs, n_c: i
     buckets while the conv backward still runs, so the bucket's wait of that ring hides behind
     the backward's remainder (``exposed_after_backward``); the host part, which takes the same
     cores, does not. The activations (a few KB to MB) mostly pass in the burst."""
-    t = dict(st.breakdown(x, n_c, n_f))
-    conv, k, f = t["conv_compute"], t["pieces"], t["fc_compute"]
-    d = t["transfer"] + shaper_delay_s(cl, x.s * x.a * x.b, conv)  # the link idled through the conv compute
-    fc_phase = 2 * d + f + (k - 1) * max(d, f)
+    t = st.parts(x, n_c, n_f)
+    conv = t["conv_compute"]
+    t["transfer"] += shaper_delay_s(cl, x.s * x.a * x.b, conv)  # the link idled through the conv compute
+    fc_phase = st.fc_phase_s(t["transfer"], t["fc_compute"], t["pieces"])
     ring_c, ring_f = C.allreduce_bytes(x.s * x.p_c, n_c), C.allreduce_bytes(x.s * x.p_f, n_f)
     wire = shaper_delay_s(cl, ring_c, fc_phase + prof.fwd_share * conv)
     numels = _conv_bucket_numels(prof)
-    exposed = exposed_after_backward((1 - prof.fwd_share) * conv, [wire * n / sum(numels) for n in numels], numels)
-    conv_window = conv + t["allreduce_conv"] + exposed + t["update_conv"]
-    fc_tail = t["allreduce_fc"] + shaper_delay_s(cl, ring_f, conv) + t["update_fc"]
-    t.update(transfer=d, fc_phase=fc_phase, allreduce_conv=t["allreduce_conv"] + exposed,
-             fc_exposed=max(0.0, fc_tail - conv_window), step=fc_phase + max(conv_window, fc_tail))
-    return t
+    t["allreduce_conv"] += exposed_after_backward((1 - prof.fwd_share) * conv, _shares(wire, numels), numels)
+    t["allreduce_fc"] += shaper_delay_s(cl, ring_f, conv)
+    return st.assemble(t)
 
 
 def stanza(prof: Profile, cl: Cluster, fc_workers: int = 1) -> Prediction:

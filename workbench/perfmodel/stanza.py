@@ -120,23 +120,36 @@ def paper_throughput(x: StanzaInputs, n_c: int, n_f: int) -> float:
 # ---------------------------------------------------------------------------------------------
 # The model of the schedule trainer=stanza runs
 
+def parts(x: StanzaInputs, n_c: int, n_f: int) -> Dict[str, float]:
+    """The schedule's pieces before :func:`assemble` orders them: a network that adds to a transfer
+    or a ring (the emulated links' token buckets, ``perfmodel.paradigms``) adds it here."""
+    _check_allocation(n_c, n_f)
+    return {"pieces": pieces_on_busiest_fc(n_c, n_f), "transfer": transfer_time(x),
+            "fc_compute": x.b * fc_time(x, n_f), "conv_compute": x.b * conv_time(x, n_c),
+            "allreduce_conv": allreduce_time(x.s * x.p_c, n_c, x),
+            "allreduce_fc": allreduce_time(x.s * x.p_f, n_f, x),
+            "update_conv": x.u * x.p_c, "update_fc": x.u * x.p_f}
+
+
+def fc_phase_s(transfer: float, fc_compute: float, pieces: int) -> float:
+    """The FC phase: the first activations in, the last gradients out, and the busiest FC worker's
+    pieces pipelined at the pace of the slower of its transfer and its compute."""
+    return 2 * transfer + fc_compute + (pieces - 1) * max(transfer, fc_compute)
+
+
+def assemble(t: Dict[str, float]) -> Dict[str, float]:
+    """The step from :func:`parts`: the FC phase, then the CONV workers' backward, ring and update
+    beside the FC workers' ring and update; whichever ends last ends the step."""
+    fc_phase = fc_phase_s(t["transfer"], t["fc_compute"], t["pieces"])
+    conv_window = t["conv_compute"] + t["allreduce_conv"] + t["update_conv"]
+    fc_tail = t["allreduce_fc"] + t["update_fc"]
+    return {**t, "fc_phase": fc_phase, "fc_exposed": max(0.0, fc_tail - conv_window),
+            "step": fc_phase + max(conv_window, fc_tail)}
+
+
 def breakdown(x: StanzaInputs, n_c: int, n_f: int) -> Dict[str, float]:
     """The terms of :func:`step_time` (seconds), for reports and plots."""
-    _check_allocation(n_c, n_f)
-    k = pieces_on_busiest_fc(n_c, n_f)
-    d = transfer_time(x)
-    f = x.b * fc_time(x, n_f)
-    fc_phase = 2 * d + f + (k - 1) * max(d, f)
-    conv = x.b * conv_time(x, n_c)
-    ar_c = allreduce_time(x.s * x.p_c, n_c, x)
-    ar_f = allreduce_time(x.s * x.p_f, n_f, x)
-    upd_c, upd_f = x.u * x.p_c, x.u * x.p_f
-    conv_window = conv + ar_c + upd_c
-    fc_tail = ar_f + upd_f
-    return {"pieces": k, "transfer": d, "fc_compute": f, "fc_phase": fc_phase, "conv_compute": conv,
-            "allreduce_conv": ar_c, "allreduce_fc": ar_f, "update_conv": upd_c, "update_fc": upd_f,
-            "fc_exposed": max(0.0, fc_tail - conv_window),
-            "step": fc_phase + max(conv_window, fc_tail)}
+    return assemble(parts(x, n_c, n_f))
 
 
 def step_time(x: StanzaInputs, n_c: int, n_f: int) -> float:
