@@ -62,6 +62,7 @@ def test_stanza_suite_predicts_every_allocation(tmp_path):
 @pytest.mark.timeout(900)
 def test_bandwidth_suite_sweeps_emulated_links(tmp_path):
     from workbench.network.emulated import namespaces
+    others = [n for n in namespaces() if n.startswith("wb")]  # another sweep's, on a shared machine
     out = _suite(tmp_path, "bandwidth")
     d = tmp_path / "bandwidth-small_cnn-2w"
     rows = list(csv.DictReader(open(d / "sweep_N2.csv")))
@@ -77,12 +78,17 @@ def test_bandwidth_suite_sweeps_emulated_links(tmp_path):
     fast = {r["kind"]: float(r["samples/s"]) for r in rows if r["bandwidth"] == "100mbit"}
     # not a timing target: at 5 Mbit/s one step's gradients take ~1 s on the wire, at 100 Mbit/s ~0.05 s
     assert fast["sync"] > slow["sync"] and fast["ps"] > slow["ps"]
-    assert all(float(r["predicted samples/s"]) > 0 for r in rows if r["kind"] in ("sync", "powersgd"))
+    assert all(float(r["predicted samples/s"]) > 0 for r in rows)  # the planner's model predicts every run
+    assert json.loads((d / "index.json").read_text())["profile"] == str(d / "profile.json")  # measured before the runs
     cross = list(csv.DictReader(open(d / "crossover_N2.csv")))
     assert [c["compressor"] for c in cross] == ["powersgd"] and cross[0]["predicted crossover"]
+    assert cross[0]["predicted, read at the sweep's rates"]
     assert len(list(csv.DictReader(open(d / "winners_N2.csv")))) == 2
     assert "plotly" in (d / "report.html").read_text() and "| small_cnn | 5mbit |" in out
-    assert [n for n in namespaces() if n.startswith("wb")] == []  # every run and probe cleaned up
+    left = [n for n in namespaces() if n.startswith("wb")]
+    mine = {n for f in (d / "runs").rglob("network.json") for n in json.loads(f.read_text())["namespaces"]}
+    assert mine and not set(left) & mine, left  # every run cleaned up its namespaces
+    assert others or left == [], left  # and every link probe, unless another sweep shares the machine
     before, runs = (d / "sweep_N2.csv").read_text(), sorted((d / "runs").rglob("summary.json"))
     again = _suite(tmp_path, "bandwidth", "--from-runs")  # no new runs: the tables rebuilt from the model's index
     assert (d / "sweep_N2.csv").read_text() == before and "| small_cnn | 5mbit |" in again
@@ -106,6 +112,37 @@ def test_bandwidth_suite_refuses_to_rebuild_or_resume_what_it_cannot(tmp_path):
     d.mkdir()
     (d / "index.json").write_text(json.dumps({"settings": {"steps": 9}, "probes": {}, "runs": []}))
     assert "other settings" in _refusal(tmp_path, "--resume", "--models", "vgg16")
+
+
+def test_bandwidth_suite_predicts_every_run_and_reads_crossovers_as_measured():
+    """The sweep's predictions are the planner's model on the emulated links (a synthetic profile,
+    no runs), and a crossover is read from the model's speed-ups at the sweep's rates the way the
+    measured one is: log-linearly between the two rates it falls between."""
+    from perfmodel_fixtures import synthetic_profile
+    from workbench.bench import bandwidth as bw
+    from workbench.plan import emulated_crossover_bps
+    prof = synthetic_profile(ranks=3)
+    pred = bw.predictions("small_cnn", ["5mbit", "100mbit"], prof, 3, 16, ["powersgd"])
+    assert set(pred["samples"]) == {(r, k) for r in ("5mbit", "100mbit") for k in ("sync", "ps", "stanza", "powersgd")}
+    assert pred["samples"][("5mbit", "sync")] < pred["samples"][("100mbit", "sync")]
+    assert pred["samples"][("5mbit", "ps")] < pred["samples"][("100mbit", "ps")]
+    assert pred["ratio"]["5mbit"] > pred["ratio"]["100mbit"] > 0
+    assert pred["crossover"]["powersgd"] == emulated_crossover_bps(bw.planner_cfg("small_cnn", 3, 16), prof, 3, "powersgd")
+
+    def rows(c_100m, c_1g):
+        return [{"model": "m", "bandwidth": b, "run": k, "kind": k, "samples/s": v} for b, k, v in
+                [("100mbit", "sync", 10.0), ("100mbit", "c", c_100m), ("1gbit", "sync", 10.0), ("1gbit", "c", c_1g)]]
+    model = {"samples": {("100mbit", "sync"): 10.0, ("100mbit", "c"): 40.0, ("1gbit", "sync"): 10.0, ("1gbit", "c"): 2.5},
+             "crossover": {"c": 5e8}}
+    tables = bw.model_tables("m", ["100mbit", "1gbit"], rows(20.0, 5.0), 2, 16, 5, 2, model, ["c"],
+                             [rows(20.0, 5.0), rows(20.0, 12.0)])
+    cross = tables[2].rows[0]
+    # measured 2.0 -> 0.5: 1 is crossed 2/3 of the way, 10^(2/3) x 100 Mbit/s; the model's 4.0 -> 0.25: 0.8 of it
+    assert cross["measured crossover"] == "464 Mbit/s" and cross["predicted crossover"] == "500 Mbit/s"
+    assert cross["predicted / measured"] == "1.08"
+    assert cross["predicted, read at the sweep's rates"] == "631 Mbit/s" and cross["read / measured"] == "1.36"
+    assert cross["measured, per round"] == "464 Mbit/s; above the sweep"  # the second round never crossed
+    assert [r["predicted samples/s"] for r in tables[0].rows] == [10.0, 40.0, 10.0, 2.5]
 
 
 @pytest.mark.slow

@@ -276,6 +276,17 @@ def cluster_for(cfg: DictConfig, prof: Profile, ranks: int, bw: str, latency_s: 
     return Cluster(ranks, bandwidth_bps(bw) / 8, latency_s, None, shared_host=False, stragglers=stragglers, label=bw)
 
 
+def emulated_crossover_bps(cfg: DictConfig, prof: Profile, ranks: int, compressor: str) -> Optional[float]:
+    """Bits/s of this host's emulated links below which ``compressor`` beats ``sync`` on ``ranks``
+    ranks: where the model's two steps meet on the same emulated cluster, at every rate
+    (``paradigms.crossover_bps``; ``math.inf``: it pays at every rate, ``None``: at none)."""
+    from workbench.perfmodel import paradigms as P
+
+    def at(bw: float) -> Cluster:
+        return cluster_for(cfg, prof, ranks, f"{EMULATED}{8 * bw:.3f}bit", 5e-5)
+    return P.crossover_bps(prof, at(1.25e8), compressor, at=at)
+
+
 def predict_rows(prof: Profile, vs_by_workers: Dict[int, List[Variant]], bandwidths: Sequence[str],
                  latency_s: float) -> List[dict]:
     rows = []

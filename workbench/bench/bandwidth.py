@@ -1,6 +1,6 @@
 """Suite ``bandwidth``: a sweep of emulated link rates (``network=emulated``, needs root and
-iproute2): samples/s of every paradigm at each rate, where each one wins, and the compression
-crossover bandwidth measured next to the one the utility model predicts.
+iproute2): samples/s of every paradigm at each rate, measured next to the planner model's prediction,
+where each one wins, and each compressor's crossover bandwidth, measured and predicted.
 
     python -m workbench.bench bandwidth --write                          # resnet18 and vgg16, N = 3 workers
     python -m workbench.bench bandwidth --models vgg16 --repeats 3 --write   # one model's section alone
@@ -16,16 +16,16 @@ both directions, the ordinary gloo transport. Before the runs at a rate, ``workb
 measures what the links achieve (recorded in the table: all-reduce bus bandwidth of a 16 MiB tensor
 as a fraction of the rate).
 
-Measured: global batch / median step time after step 2. Predicted (the compressors and sync only):
-``workbench.perfmodel.compression`` calibrated once per model from a ``compressor=none`` run with
-``trainer.calibrate_steps=3`` at the calibration rate (``--calibrate-at``, default the highest: there
-the wait for the network least pollutes the compute times the model separates), each compressor's
-payload and encode/decode time from its own run. The network at each rate: seconds per byte =
-the link's (1 / the probe's bus bandwidth at that rate) + the host's (copies and reductions sharing
-the cores with backward: what the calibration run's in-situ bandwidth leaves beyond its own link's
-share). Crossover: the link rate below which a compressor beats sync. Measured, by log-linear
-interpolation of the measured speed-up between adjacent rates; predicted, the model's crossover
-bus bandwidth converted to a link rate the same way (at the lowest rate's probe efficiency).
+Measured: global batch / median step time after step 2. Predicted, every run: the planner's model
+(``workbench.perfmodel.paradigms``, the one ``python -m workbench.plan``, the dashboards and
+``fc_workers=auto`` use) on this host's emulated links, from the model's profile at N ranks, measured
+on this host before the first run (``<out>/bandwidth-<model>-<N>w/profile.json``, recorded in the
+index; ``--profile FILE`` predicts from another one). Crossover: the link rate below which a
+compressor beats sync. Measured, by log-linear interpolation of the measured speed-up between the
+two adjacent rates it falls between, from the rounds' medians and from each round alone; predicted,
+where the model's sync and compressed steps meet (``plan.emulated_crossover_bps``), and the model's
+speed-ups at the sweep's own rates read the way the measured crossover is (a crossover between two
+swept rates is known only to lie between them).
 Each model has its own report (``<out>/bandwidth-<model>-<N>w/``) and its own section of
 BENCHMARKS.md, so one model's sweep can be rerun without the other's hours. ``--resume`` keeps the completed runs of an interrupted sweep
 (same settings) and runs the rest. ``--from-runs`` rebuilds
@@ -67,7 +67,8 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=5, help="steps per run; the first 2 are warm-up")
     p.add_argument("--compressors", default=",".join(COMPRESSORS))
     p.add_argument("--repeats", type=int, default=1, help="interleaved rounds over all runs; medians + spread")
-    p.add_argument("--calibrate-at", help="link rate of the utility model's calibration run (default: the highest)")
+    p.add_argument("--profile", help="predict from this profile file (one model; the planner's format), not one "
+                   "measured before the runs")
     p.add_argument("--resume", action="store_true", help="keep the completed runs of each model's last sweep (its "
                    "index.json, same settings) and run only the rest: a sweep of hours survives a stop")
     p.add_argument("--from-runs", action="store_true", help="no new runs: rebuild each model's tables from "
@@ -76,34 +77,33 @@ def main(argv=None) -> None:
     if a.tiny:
         a.models, a.workers, a.compressors, a.steps, a.bandwidths = "small_cnn", 2, "powersgd", 3, None
     from workbench.network import parse_rate
-    plan = {}
-    for model in a.models.split(","):
-        rates = sorted((a.bandwidths or RATES.get(model, RATES["resnet18"])).split(","), key=parse_rate)
-        plan[model] = (rates, a.calibrate_at or rates[-1])
+    plan = {model: sorted((a.bandwidths or RATES.get(model, RATES["resnet18"])).split(","), key=parse_rate)
+            for model in a.models.split(",")}
+    if a.profile and len(plan) > 1:
+        raise SystemExit(f"error: --profile is one model's profile; give one model with --models, not {a.models}")
 
     # what a model's runs depend on: --resume keeps earlier runs only under the same settings
-    settings = {m: {"rates": rates, "calibrate_at": cal, "workers": a.workers, "batch": a.batch, "steps": a.steps,
-                    "compressors": a.compressors.split(",")} for m, (rates, cal) in plan.items()}
+    settings = {m: {"rates": rates, "workers": a.workers, "batch": a.batch, "steps": a.steps,
+                    "compressors": a.compressors.split(",")} for m, rates in plan.items()}
 
     def out_of(model):  # one report and one BENCHMARKS.md section per model: each regenerates alone
         return Path(a.out) / f"bandwidth-{model}-{a.workers}w"
     jobs = []  # (model, rate, label, kind, cfg); every config validated before the first run starts
-    for model, (rates, cal_rate) in plan.items():
+    for model, rates in plan.items():
         def cfg(rate, ov):
             return workbench.compose(ov + report.data_overrides(model, a.batch) + [
                 f"model={model}", "network=emulated", f"network.bandwidth={rate}", f"trainer.max_steps={a.steps}",
                 "trainer.eval_every=100000", "trainer.progress=false", "cluster.timeout_s=900",
                 f"output_root={out_of(model) / 'runs'}"])
-        jobs.append((model, cal_rate, "model calibration: compressed none", "calibration",
-                     cfg(cal_rate, ["trainer=compressed", "compressor=none", f"cluster.nproc={a.workers}",
-                                    "trainer.calibrate_steps=3"])))
         for rate in rates:
             for label, kind, ov in runs_for(a.workers, a.compressors.split(",")):
                 jobs.append((model, rate, label.replace(" (a CONV worker)", ""), kind, cfg(rate, ov)))
     probes = {}  # link rate -> the all-reduce bus bandwidth its probe achieved (bits/s)
-    done = kept_runs(plan, out_of, settings, probes) if a.resume and not a.from_runs else {}
+    profile_at = {}  # model -> its profile's file, recorded in its index
+    done = kept_runs(plan, out_of, settings, probes, profile_at) if a.resume and not a.from_runs else {}
     for *_, c in ([] if a.from_runs else jobs):
         validate(c)
+    given = {m: load_profile(a.profile, planner_cfg(m, a.workers, a.batch)) for m in plan} if a.profile else {}
 
     # What ran where, and the probes, per model: --from-runs rebuilds a model's tables from its index.
     if a.from_runs:
@@ -114,16 +114,17 @@ def main(argv=None) -> None:
                 raise SystemExit(f"error: --from-runs: no sweep of {model} at N={a.workers} to rebuild ({index} is missing)")
             saved = json.loads(index.read_text())
             probes.update(saved["probes"])
-            entries += saved["runs"]
-        plan = {e["model"]: (sorted({x["rate"] for x in entries if x["model"] == e["model"]}, key=parse_rate), e["rate"])
-                for e in entries if e["kind"] == "calibration"}
+            entries += [e for e in saved["runs"] if e["kind"] != "calibration"]  # older sweeps' utility-model run
+            profile_at[model] = saved.get("profile")
+        plan = {m: sorted({e["rate"] for e in entries if e["model"] == m}, key=parse_rate) for m in plan}
         a.compressors = ",".join(dict.fromkeys(e["kind"] for e in entries if e["label"].startswith("compressed:")))
     else:
         entries = []
         from workbench.network.calibrate import calibrate as probe_link
+        for model in plan:  # the model's profile, before its runs, on this host as they will find it
+            if model not in given and not (profile_at.get(model) and Path(profile_at[model]).exists()):
+                profile_at[model] = str(measured_profile(model, a.workers, a.batch, out_of(model), a.compressors.split(",")))
         for i, (model, rate, label, kind, c) in enumerate(j for _ in range(a.repeats) for j in jobs):
-            if kind == "calibration" and i >= len(jobs):
-                continue  # the model's calibration is not a timed row: once is enough
             if (model, rate, kind, i // len(jobs)) in done:
                 entries.append(done[(model, rate, kind, i // len(jobs))])
                 continue
@@ -139,54 +140,81 @@ def main(argv=None) -> None:
             out_of(model).mkdir(parents=True, exist_ok=True)
             (out_of(model) / "index.json").write_text(json.dumps(
                 {"settings": settings[model], "probes": {r: probes[r] for r in dict.fromkeys(e["rate"] for e in mine)},
-                 "runs": mine}, indent=1))
-            if kind != "calibration":
-                report.progress(row(entries[-1], run, probes))
+                 "profile": profile_at.get(model), "runs": mine}, indent=1))
+            report.progress(row(entries[-1], run, probes))
     loaded = [(e, Run(e["run_dir"])) for e in entries]  # each run's summary and records read once
-    runs = {(e["model"], e["rate"], e["kind"]): r for e, r in loaded if r.status == "completed"}
     rounds = max((e.get("round", 0) for e in entries), default=0) + 1
-    rows = report.merge_repeats(
-        [[row(e, r, probes) for e, r in loaded if e["kind"] != "calibration" and e.get("round", 0) == i]
-         for i in range(rounds)], lambda r: (r["model"], r["bandwidth"], r["run"]), ["samples/s"])
+    per_round = [[row(e, r, probes) for e, r in loaded if e.get("round", 0) == i] for i in range(rounds)]
+    rows = report.merge_repeats(per_round, lambda r: (r["model"], r["bandwidth"], r["run"]), ["samples/s"])
     args = [x for x in (argv if argv is not None else []) if x not in ("--from-runs", "--resume")]
     cmd = ("python -m workbench.bench bandwidth " + " ".join(args)).strip() + "   (as root)"
     if done:  # an honest header: part of the rows ran before this invocation
         cmd += f"; resumed with --resume, {len(done)} of its runs kept from an earlier start"
     if a.from_runs:  # the runs came from the sweep command; these tables were rebuilt from them
-        cmd += f"; tables rebuilt from its runs with --from-runs on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
-    for model, (rates, cal_rate) in plan.items():
+        cmd += (f"; its runs started {runs_span(entries)}; tables rebuilt from them with --from-runs on "
+                f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
+    for model, rates in plan.items():
+        prof = given.get(model)
+        if prof is None and profile_at.get(model) and Path(profile_at[model]).exists():
+            prof = load_profile(profile_at[model], planner_cfg(model, a.workers, a.batch))
+        if prof is None:  # a sweep from before the planner's predictions: profiled now, and said so
+            prof = load_profile(measured_profile(model, a.workers, a.batch, out_of(model), a.compressors.split(",")),
+                                planner_cfg(model, a.workers, a.batch))
+            cmd += f"; {model}'s profile measured with the rebuild"
+        else:
+            cmd += f"; {model} predicted from its profile of {str(prof.machine.get('measured_at', '?')).replace('T', ' ')[:16]}"
         model_rows = [r for r in rows if r["model"] == model]
         tables = model_tables(model, rates, model_rows, a.workers, a.batch, a.steps, rounds,
-                              predictions(model, rates, cal_rate, runs, probes, a.compressors.split(",")),
-                              a.compressors.split(","))
+                              predictions(model, rates, prof, a.workers, a.batch, a.compressors.split(",")),
+                              a.compressors.split(","), [[r for r in rs if r["model"] == model] for rs in per_round])
         path = report.write(out_of(model).name, f"bandwidth sweep: {model}, N={a.workers}", cmd, tables,
                             [figure(rows, model)], out_root=a.out,
                             benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
         print("\n\n".join(t.markdown() for t in tables) + f"\n\nreport: {path / 'report.html'}")
 
 
-def kept_runs(plan, out_of, settings, probes) -> dict:
+def kept_runs(plan, out_of, settings, probes, profile_at) -> dict:
     """The completed runs of each model's last sweep, by (model, rate, kind, round), for --resume;
-    their link probes go into ``probes``. A sweep under other settings is refused in one line."""
+    their link probes go into ``probes``, the sweep's profile into ``profile_at``. A sweep under
+    other settings is refused in one line."""
     done = {}
     for model in plan:
         index = out_of(model) / "index.json"
         if not index.exists():
             continue
         saved = json.loads(index.read_text())
-        if saved.get("settings") != settings[model]:
+        # sweeps from before the planner's predictions also recorded their utility-model run's rate
+        theirs = {k: v for k, v in (saved.get("settings") or {}).items() if k != "calibrate_at"}
+        if theirs != settings[model]:
             raise SystemExit(f"error: --resume: {index} is a sweep with other settings ({saved.get('settings')}), "
                              f"not {settings[model]}; rerun without --resume")
         probes.update(saved["probes"])
-        kept = [e for e in saved["runs"] if Run(e["run_dir"]).status == "completed"]
+        profile_at[model] = saved.get("profile")
+        kept = [e for e in saved["runs"] if e["kind"] != "calibration" and Run(e["run_dir"]).status == "completed"]
         done.update({(e["model"], e["rate"], e["kind"], e.get("round", 0)): e for e in kept})
         print(f"resume {model}: {len(kept)} completed runs kept from {index}", flush=True)
     return done
 
 
-def model_tables(model, rates, model_rows, workers, batch, steps, rounds, pred, compressors) -> list:
-    """One model's three tables: samples/s per paradigm and rate (with the utility model's prediction
-    and the speed-up over sync), where each paradigm wins, and each compressor's crossover."""
+def runs_span(entries) -> str:
+    """When the runs started, first to last, from their directories (``runs/<date>/<time>_…``)."""
+    stamps = sorted(f"{Path(e['run_dir']).parent.name} {Path(e['run_dir']).name[:8].replace('-', ':')}" for e in entries)
+    return f"{stamps[0][:16]}–{stamps[-1][11:16]} UTC" if stamps else "?"
+
+
+def speed_ups(rows, comp) -> list:
+    """(link bits/s, a compressor's samples/s over sync's) at each rate where both ran."""
+    from workbench.network import parse_rate
+    sync = {r["bandwidth"]: r["samples/s"] for r in rows if r["kind"] == "sync" and r["samples/s"]}
+    return [(parse_rate(r["bandwidth"]), r["samples/s"] / sync[r["bandwidth"]]) for r in rows
+            if r["kind"] == comp and r["samples/s"] and sync.get(r["bandwidth"])]
+
+
+def model_tables(model, rates, model_rows, workers, batch, steps, rounds, pred, compressors, per_round=()) -> list:
+    """One model's three tables: samples/s per paradigm and rate (with the planner model's prediction
+    and the speed-up over sync), where each paradigm wins, and each compressor's crossover: measured
+    (from the medians, and each round's alone), the model's, and the model's read at the sweep's
+    rates as the measured one is."""
     from workbench.network import parse_rate
     crossings, winners = [], []
     for r in model_rows:
@@ -195,14 +223,21 @@ def model_tables(model, rates, model_rows, workers, batch, steps, rounds, pred, 
         pr = pred.get("samples", {}).get((r["bandwidth"], r["kind"]))
         r["predicted samples/s"] = round(pr, 2) if pr else None
         r["error"] = f"{100 * (pr / r['samples/s'] - 1):+.0f} %" if pr and r["samples/s"] else None
+    samples = pred.get("samples", {})
     for comp in compressors:
         speed = [(parse_rate(x["bandwidth"]), x["vs sync"]) for x in model_rows if x["kind"] == comp and x["vs sync"]]
         measured = crossing(speed)
+        each = [crossing(speed_ups(rs, comp)) for rs in per_round]
         predicted = pred.get("crossover", {}).get(comp)
+        read = crossing([(parse_rate(b), samples[(b, comp)] / samples[(b, "sync")]) for b in rates
+                         if samples.get((b, comp)) and samples.get((b, "sync"))])
         crossings.append({"model": model, "compressor": comp, "measured crossover": rate_text(measured),
+                          "measured, per round": rate_range(each) if len(each) > 1 else None,
                           "predicted crossover": rate_text(predicted),
                           "predicted / measured": (f"{predicted / measured:.2f}" if finite(measured)
                                                    and finite(predicted) else None),
+                          "predicted, read at the sweep's rates": rate_text(read),
+                          "read / measured": f"{read / measured:.2f}" if finite(measured) and finite(read) else None,
                           "speed-up vs sync, lowest → highest rate": " → ".join(f"{s:.2f}" for _, s in speed)})
     for rate in rates:
         at = [x for x in model_rows if x["bandwidth"] == rate and x["samples/s"]]
@@ -217,12 +252,14 @@ def model_tables(model, rates, model_rows, workers, batch, steps, rounds, pred, 
     cols = ["model", "bandwidth", "link", "run", "samples/s"] + (["samples/s spread", "repeats"] if rounds > 1 else []) + ["vs sync", "predicted samples/s", "error", "status"]
     return [report.Table(f"sweep_N{workers}", f"samples/s per paradigm and link rate, N = {workers} workers, batch "
                          f"{batch} per worker, {steps} steps (link: all-reduce bus bandwidth the probe achieved, "
-                         "of the rate; predicted: the compression-utility model)", model_rows, cols),
+                         "of the rate; predicted: the planner's model from the sweep's profile)", model_rows, cols),
             report.Table(f"winners_N{workers}", "Where each paradigm wins (comm/compute: predicted ring all-reduce "
                          "time over backward compute time, the quantity that maps a rate here onto a paper's network)",
                          winners),
             report.Table(f"crossover_N{workers}", "Compression crossover: the link rate below which the compressor "
-                         "beats sync, measured vs predicted by the utility model", crossings)]
+                         "beats sync, measured vs predicted by the planner's model (a crossover between two rates is known "
+                         "only to lie between them: the measured one is read log-linearly between the two "
+                         "rates, and so is the model's 'read at the sweep's rates')", crossings)]
 
 
 def row(entry, run, probes) -> dict:
@@ -234,37 +271,61 @@ def row(entry, run, probes) -> dict:
             "samples/s": round(sps, 2) if sps else None, "status": run.status or "no summary"}
 
 
-def predictions(model, rates, cal_rate, runs, probes, compressors) -> dict:
-    """The utility model's samples/s of sync and each compressor at every rate, its comm/compute
-    ratio, and each compressor's crossover link rate (bits/s; inf: pays at every rate)."""
-    from workbench.network import parse_rate
-    from workbench.perfmodel import compression as pmc
-    base = runs.get((model, cal_rate, "calibration"))
-    if base is None:
-        return {}
-    work, net = pmc.calibrate(base)
-    # Seconds per byte of the all-reduce = the link's (1 / what the probe achieves at that rate) + the
-    # host's (copies and reductions competing with backward for the same cores): the in-situ
-    # calibration at cal_rate measures the sum, its probe the link's share; the host's share stays.
-    host = max(0.0, 1 / net.bandwidth - 8 / probes[cal_rate])
-    batch = base.summary["global_batch"]
-    out = {"samples": {}, "ratio": {}, "crossover": {}}
+def planner_cfg(model, workers, batch):
+    """The config the planner profiles and predicts the sweep's runs from."""
+    return workbench.compose([f"model={model}", *report.data_overrides(model, batch), f"cluster.nproc={workers}"])
+
+
+def _labels(compressors) -> dict:
+    """The planner's label of each of the sweep's runs at N ranks -> the sweep's kind."""
+    return {"sync": "sync", "stanza/n_f=1": "stanza", **{f"compressed/{c}": c for c in compressors}}
+
+
+def measured_profile(model, workers, batch, out, compressors) -> Path:
+    """This host's profile of ``model`` at ``workers`` ranks, with the codecs and loops the sweep's
+    paradigms need (the planner's own profiling), measured now and kept beside the sweep's runs."""
+    from workbench.plan import EMULATED, _plan_rows
+    _, (_, prof) = _plan_rows(planner_overrides(model, batch), [EMULATED + "1gbit"], [workers], None, 1.0, "50us",
+                              list(_labels(compressors)), str(out), print, refresh=True)
+    path = Path(out) / "profile.json"
+    prof.save(path)
+    return path
+
+
+def planner_overrides(model, batch) -> list:
+    return [f"model={model}", *report.data_overrides(model, batch)]
+
+
+def load_profile(path, cfg):
+    from workbench.core import ConfigError
+    from workbench.plan import load_profile as load
+    try:
+        return load(path, cfg)
+    except ConfigError as e:
+        raise SystemExit(f"error: {e}") from None
+
+
+def predictions(model, rates, prof, workers, batch, compressors) -> dict:
+    """The planner's model (``workbench.perfmodel.paradigms``: the one ``python -m workbench.plan``, the
+    dashboards and ``fc_workers=auto`` use) on this host's emulated links at every rate, from the
+    sweep's profile: samples/s of each of the sweep's runs (``ps/sync`` with N workers + 1 server),
+    the comm/compute ratio (the ring all-reduce of the whole model over the backward, both as a
+    step pays them here) and each compressor's crossover link rate (bits/s; inf: pays at every rate)."""
+    from workbench.perfmodel import collectives as C
+    from workbench.plan import EMULATED, _plan_rows, cluster_for, emulated_crossover_bps
+    bws, ov, labels = [EMULATED + r for r in rates], planner_overrides(model, batch), _labels(compressors)
+    rows, (vs, _) = _plan_rows(ov, bws, [workers], prof, 1.0, "50us", list(labels), None, lambda s: None)
+    ps, _ = _plan_rows(ov, bws, [workers + 1], prof, 1.0, "50us", ["ps/sync"], None, lambda s: None)
+    labels["ps/sync"] = "ps"
+    out = {"samples": {(r["bandwidth"][len(EMULATED):], labels[r["paradigm"]]): r["predicted_samples_per_s"]
+                       for r in rows + ps}, "ratio": {}, "crossover": {}}
+    cfg = vs[workers][0].cfg
+    backward = (1 - prof.fwd_share) * prof.sync_compute_s(workers)
     for rate in rates:
-        n = net.at(1 / (8 / probes[rate] + host))
-        out["samples"][(rate, "sync")] = batch / pmc.iteration_time(work, n)
-        out["ratio"][rate] = round(sum(pmc.comm_times(work, n)) / (work.overlap * work.backward_s), 2)
-        for comp in compressors:
-            if runs.get((model, rate, comp)) is not None:
-                c = pmc.compression_of(runs[(model, rate, comp)])
-                out["samples"][(rate, comp)] = batch / pmc.iteration_time(work, n, c)
-    eff = probes[rates[0]] / parse_rate(rates[0])  # probe / rate where the link is the limit
-    for comp in compressors:
-        if runs.get((model, cal_rate, comp)) is not None:
-            bw = pmc.crossover_bandwidth(work, net, pmc.compression_of(runs[(model, cal_rate, comp)]))
-            if bw is None or math.isinf(bw) or 1 / bw <= host:
-                out["crossover"][comp] = None if bw is None else math.inf  # no link rate makes the bus that slow/fast
-            else:  # the link rate whose bus bandwidth, with the host's share, equals the crossover
-                out["crossover"][comp] = 8 / (1 / bw - host) / eff
+        cl = cluster_for(cfg, prof, workers, EMULATED + rate, 5e-5)
+        out["ratio"][rate] = round(C.allreduce_time(prof.model_bytes, workers, cl.ar_bw, cl.latency) / backward, 2)
+    for c in compressors:
+        out["crossover"][c] = emulated_crossover_bps(cfg, prof, workers, c)
     return out
 
 
@@ -284,6 +345,14 @@ def crossing(points):
 
 def finite(x) -> bool:
     return isinstance(x, float) and math.isfinite(x)
+
+
+def rate_range(bits) -> str:
+    """The rounds' crossovers as one range; a round whose speed-up never crossed says so."""
+    ok = sorted(b for b in bits if finite(b))
+    text = "" if not ok else rate_text(ok[0]) if ok[0] == ok[-1] else f"{rate_text(ok[0])} – {rate_text(ok[-1])}"
+    other = [rate_text(b) for b in bits if not finite(b)]
+    return "; ".join(x for x in [text, *other] if x)
 
 
 def rate_text(bits):

@@ -113,8 +113,7 @@ def crossovers(rows: list, profs: dict, cfgs: dict, workers: int) -> list:
     measured (``bench.bandwidth.crossing``: log-linear between the two rates it falls between) and
     the model's, on the same emulated cluster. [] with fewer than two emulated rates."""
     from workbench.bench.bandwidth import crossing, finite, rate_text
-    from workbench.perfmodel import paradigms as P
-    from workbench.plan import EMULATED, bandwidth_bps, cluster_for
+    from workbench.plan import EMULATED, bandwidth_bps, emulated_crossover_bps
     out = []
     for model, prof in profs.items():
         mine = [r for r in rows if r["model"] == model and str(r["bandwidth"]).startswith(EMULATED)]
@@ -129,8 +128,7 @@ def crossovers(rows: list, profs: dict, cfgs: dict, workers: int) -> list:
             meas = {r["bandwidth"]: r["measured ms"] for r in mine if r["paradigm"] == comp}
             speed = [(bandwidth_bps(b), sync[b] / meas[b]) for b in rates if sync.get(b) and meas.get(b)]
             measured = crossing(speed)
-            at = lambda bw, cfg=cfgs[model]: cluster_for(cfg, prof, workers, f"{EMULATED}{8 * bw:.3f}bit", 5e-5)  # noqa: E731
-            predicted = P.crossover_bps(prof, at(1.25e8), name, at=at)
+            predicted = emulated_crossover_bps(cfgs[model], prof, workers, name)
             ratio = predicted / measured if finite(measured) and finite(predicted) else None
             out.append({"model": model, "compressor": name, "measured crossover": rate_text(measured),
                         "predicted crossover": rate_text(predicted),
