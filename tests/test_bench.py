@@ -105,13 +105,23 @@ def _refusal(tmp_path, *args):
     return lines[0]
 
 
-def test_bandwidth_suite_refuses_to_rebuild_or_resume_what_it_cannot(tmp_path):
+def test_bandwidth_suite_refuses_to_rebuild_or_resume_what_it_cannot(tmp_path, capsys):
     assert "no sweep of vgg16 at N=3" in _refusal(tmp_path, "--from-runs", "--models", "vgg16")
     # a sweep taken with other settings is not continued: its rows would not be the same experiment
     d = tmp_path / "bandwidth-vgg16-3w"
     d.mkdir()
     (d / "index.json").write_text(json.dumps({"settings": {"steps": 9}, "probes": {}, "runs": []}))
     assert "other settings" in _refusal(tmp_path, "--resume", "--models", "vgg16")
+    # more rates add to a sweep; fewer would leave its measured rows out
+    swept = {"rates": ["500mbit", "2gbit"], "workers": 3, "batch": 16, "steps": 5, "compressors": ["powersgd"]}
+    (d / "index.json").write_text(json.dumps({"settings": swept, "probes": {}, "runs": []}))
+    assert "other settings" in _refusal(tmp_path, "--resume", "--models", "vgg16", "--compressors", "powersgd",
+                                        "--bandwidths", "500mbit")
+    from workbench.bench.bandwidth import kept_runs
+    more = {"vgg16": {**swept, "rates": ["500mbit", "2gbit", "4gbit"]}}
+    probes, profiles = {}, {}
+    assert kept_runs(more, lambda m: d, more, probes, profiles) == {} and profiles == {"vgg16": None}
+    assert "adds the rates 4gbit to its sweep of 500mbit, 2gbit" in capsys.readouterr().out
 
 
 def test_bandwidth_suite_predicts_every_run_and_reads_crossovers_as_measured():

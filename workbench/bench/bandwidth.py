@@ -28,7 +28,9 @@ speed-ups at the sweep's own rates read the way the measured crossover is (a cro
 swept rates is known only to lie between them).
 Each model has its own report (``<out>/bandwidth-<model>-<N>w/``) and its own section of
 BENCHMARKS.md, so one model's sweep can be rerun without the other's hours. ``--resume`` keeps the completed runs of an interrupted sweep
-(same settings) and runs the rest. ``--from-runs`` rebuilds
+(same settings) and runs the rest; with more rates (``--bandwidths``, a superset) or more rounds
+(``--repeats``) it adds them to the sweep, and the section's command line says how many runs came
+from the earlier start. ``--from-runs`` rebuilds
 each model's tables from its last sweep's runs and probes (its ``index.json``), e.g. after a change
 to the model.
 
@@ -70,7 +72,8 @@ def main(argv=None) -> None:
     p.add_argument("--profile", help="predict from this profile file (one model; the planner's format), not one "
                    "measured before the runs")
     p.add_argument("--resume", action="store_true", help="keep the completed runs of each model's last sweep (its "
-                   "index.json, same settings) and run only the rest: a sweep of hours survives a stop")
+                   "index.json, same settings; more rates or rounds add to it) and run only the rest: a sweep of "
+                   "hours survives a stop")
     p.add_argument("--from-runs", action="store_true", help="no new runs: rebuild each model's tables from "
                    "<out>/bandwidth-<model>-<N>w/index.json (the runs and link probes of its last sweep)")
     a = p.parse_args(argv)
@@ -183,11 +186,16 @@ def kept_runs(plan, out_of, settings, probes, profile_at) -> dict:
         if not index.exists():
             continue
         saved = json.loads(index.read_text())
-        # sweeps from before the planner's predictions also recorded their utility-model run's rate
+        # sweeps from before the planner's predictions also recorded their utility-model run's rate;
+        # added rates are more of the same sweep (its other runs kept), fewer would drop measured rows
         theirs = {k: v for k, v in (saved.get("settings") or {}).items() if k != "calibrate_at"}
-        if theirs != settings[model]:
+        mine = settings[model]
+        if {**theirs, "rates": None} != {**mine, "rates": None} or not set(theirs.get("rates", ())) <= set(mine["rates"]):
             raise SystemExit(f"error: --resume: {index} is a sweep with other settings ({saved.get('settings')}), "
-                             f"not {settings[model]}; rerun without --resume")
+                             f"not {mine}; rerun without --resume")
+        added = [r for r in mine["rates"] if r not in theirs["rates"]]
+        if added:
+            print(f"resume {model}: adds the rates {', '.join(added)} to its sweep of {', '.join(theirs['rates'])}", flush=True)
         probes.update(saved["probes"])
         profile_at[model] = saved.get("profile")
         kept = [e for e in saved["runs"] if e["kind"] != "calibration" and Run(e["run_dir"]).status == "completed"]
