@@ -57,7 +57,7 @@ ALL = [
                  "--repeats", "3"]),  # root: emulated links
     ("planner", ["--models", "resnet18", "--bandwidths", "emulated:1gbit", "--repeats", "3"]),  # root
     ("sim", []),
-    ("bandwidth", ["--models", "resnet18", "--repeats", "3"]),  # root: emulated links
+    ("bandwidth", ["--models", "resnet18", "--bandwidths", "50mbit,200mbit,1gbit,2gbit,4gbit", "--repeats", "3"]),  # root
     ("bandwidth", ["--models", "vgg16", "--repeats", "3"]),  # root; the longest suite (500 Mbit/s PS steps of a minute)
 ]
 

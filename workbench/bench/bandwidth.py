@@ -54,7 +54,7 @@ from workbench.bench.bytes import runs_for
 from workbench.config import validate
 from workbench.runs import Run
 
-RATES = {"resnet18": "50mbit,200mbit,1gbit,4gbit", "vgg16": "500mbit,2gbit,8gbit", "small_cnn": "5mbit,100mbit"}
+RATES = {"resnet18": "50mbit,200mbit,1gbit,2gbit,4gbit",  # 2gbit: where ResNet-18's crossovers lie "vgg16": "500mbit,2gbit,8gbit", "small_cnn": "5mbit,100mbit"}
 COMPRESSORS = ("powersgd", "topk", "signsgd")
 PROBE_MB = 16  # the link probe's message size (large: the bandwidth regime)
 
