@@ -122,6 +122,12 @@ def test_bandwidth_suite_refuses_to_rebuild_or_resume_what_it_cannot(tmp_path, c
     probes, profiles = {}, {}
     assert kept_runs(more, lambda m: d, more, probes, profiles) == {} and profiles == {"vgg16": None}
     assert "adds the rates 4gbit to its sweep of 500mbit, 2gbit" in capsys.readouterr().out
+    # a profile of another model predicts nothing of this one's; one profile is not two models'
+    from perfmodel_fixtures import synthetic_profile
+    synthetic_profile().save(tmp_path / "other.json")
+    assert "measured for model=m, not vgg16" in _refusal(tmp_path, "--from-runs", "--models", "vgg16", "--profile",
+                                                             str(tmp_path / "other.json"))
+    assert "one model's profile" in _refusal(tmp_path, "--models", "vgg16,resnet18", "--profile", str(tmp_path / "other.json"))
 
 
 def test_bandwidth_suite_predicts_every_run_and_reads_crossovers_as_measured():
