@@ -172,7 +172,7 @@ def main(argv=None) -> None:
                               predictions(model, rates, prof, a.workers, a.batch, a.compressors.split(",")),
                               a.compressors.split(","), [[r for r in rs if r["model"] == model] for rs in per_round])
         path = report.write(out_of(model).name, f"bandwidth sweep: {model}, N={a.workers}", cmd, tables,
-                            [figure(rows, model)], out_root=a.out,
+                            [figure(rows, model)], notes=accuracy(tables), out_root=a.out,
                             benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
         print("\n\n".join(t.markdown() for t in tables) + f"\n\nreport: {path / 'report.html'}")
 
@@ -203,6 +203,25 @@ def kept_runs(plan, out_of, settings, probes, profile_at) -> dict:
         done.update({(e["model"], e["rate"], e["kind"], e.get("round", 0)): e for e in kept})
         print(f"resume {model}: {len(kept)} completed runs kept from {index}", flush=True)
     return done
+
+
+def accuracy(tables) -> str:
+    """The model against the sweep, counted from its tables: the step errors and the crossovers."""
+    from workbench.plan import error_quantiles
+    errs = [r["predicted samples/s"] / r["samples/s"] - 1 for r in tables[0].rows
+            if r.get("predicted samples/s") and r.get("samples/s")]
+    if not errs:
+        return ""
+    med, p90 = error_quantiles(errs)
+    out = (f"The planner's model against the {len(errs)} measured rows: samples/s |error| median {100 * med:.1f} %, "
+           f"90th percentile {100 * p90:.1f} %, {sum(abs(e) <= 0.2 for e in errs)} of {len(errs)} within 20 %.")
+    cross = [c for c in tables[2].rows if c.get("predicted / measured")]
+    if cross:
+        def within(key):
+            return sum(abs(float(c[key]) - 1) <= 0.2 for c in cross if c.get(key))
+        out += (f" Crossovers located by the sweep: {len(cross)} of {len(tables[2].rows)}; within 20 % of the measured "
+                f"one: {within('predicted / measured')} as predicted, {within('read / measured')} read at the sweep's rates.")
+    return out
 
 
 def runs_span(entries) -> str:

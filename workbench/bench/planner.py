@@ -18,7 +18,6 @@ bytes do not.
 """
 from __future__ import annotations
 
-import math
 import statistics
 from pathlib import Path
 
@@ -39,7 +38,7 @@ def main(argv=None) -> None:
     if a.tiny:
         a.models, a.workers, a.only = "small_cnn", 2, "sync,ps"
     import copy
-    from workbench.plan import _plan_rows, check_verifiable, parse_bandwidths, verify
+    from workbench.plan import _plan_rows, check_verifiable, error_quantiles, parse_bandwidths, verify
     bandwidths = parse_bandwidths(a.bandwidths)
     check_verifiable(bandwidths)
     out = Path(a.out) / "planner"
@@ -69,11 +68,11 @@ def main(argv=None) -> None:
                    "bottleneck": r["bottleneck"], "_err": r.get("error"), "_noise": r.get("noise")}
             rows.append(row)
             report.progress({k: v for k, v in row.items() if not k.startswith("_")})
-    errs = sorted(abs(r["_err"]) for r in rows if r["_err"] is not None)
+    errs = [r["_err"] for r in rows if r["_err"] is not None]
     notes = ""
     if errs:
-        p90 = errs[min(len(errs) - 1, math.ceil(0.9 * len(errs)) - 1)]
-        notes = (f"Step time |error| over {len(errs)} runs: median {100 * statistics.median(errs):.1f} %, "
+        med, p90 = error_quantiles(errs)
+        notes = (f"Step time |error| over {len(errs)} runs: median {100 * med:.1f} %, "
                  f"90th percentile {100 * p90:.1f} % (target: 10 % and 20 %). Bytes exact in "
                  f"{sum(r['bytes'] == 'exact' for r in rows)}/{len(rows)} rows.")
         noise = [r["_noise"] for r in rows if r.get("_noise") is not None]
