@@ -159,6 +159,9 @@ def test_bandwidth_suite_predicts_every_run_and_reads_crossovers_as_measured():
     assert cross["predicted, read at the sweep's rates"] == "631 Mbit/s" and cross["read / measured"] == "1.36"
     assert cross["measured, per round"] == "464 Mbit/s; above the sweep"  # the second round never crossed
     assert [r["predicted samples/s"] for r in tables[0].rows] == [10.0, 40.0, 10.0, 2.5]
+    runs = [{"run_dir": f"/x/runs/{d}/{t}_sync_m"} for d, t in [("2026-12-01", "22-01-20"), ("2026-12-01", "23-10-00")]]
+    assert bw.runs_span(runs) == "2026-12-01 22:01–23:10 UTC"
+    assert bw.runs_span(runs + [{"run_dir": "/x/runs/2026-12-02/01-59-03_sync_m"}]) == "2026-12-01 22:01– 2026-12-02 01:59 UTC"
     # the notes count from the tables: errors 0, +100 %, 0, −50 %; the crossover 1.08 and 1.36
     assert bw.accuracy(tables) == ("The planner's model against the 4 measured rows: samples/s |error| median 25.0 %, "
                                    "90th percentile 100.0 %, 2 of 4 within 20 %. Crossovers located by the sweep: 1 of 1; "

@@ -227,7 +227,10 @@ def accuracy(tables) -> str:
 def runs_span(entries) -> str:
     """When the runs started, first to last, from their directories (``runs/<date>/<time>_…``)."""
     stamps = sorted(f"{Path(e['run_dir']).parent.name} {Path(e['run_dir']).name[:8].replace('-', ':')}" for e in entries)
-    return f"{stamps[0][:16]}–{stamps[-1][11:16]} UTC" if stamps else "?"
+    if not stamps:
+        return "?"
+    last = stamps[-1][11:16] if stamps[-1][:10] == stamps[0][:10] else f" {stamps[-1][:16]}"
+    return f"{stamps[0][:16]}–{last} UTC"
 
 
 def speed_ups(rows, comp) -> list:
