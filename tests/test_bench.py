@@ -95,6 +95,12 @@ def test_bandwidth_suite_sweeps_emulated_links(tmp_path):
     resumed = _suite(tmp_path, "bandwidth", "--resume")  # every run is complete: nothing runs again
     assert sorted((d / "runs").rglob("summary.json")) == runs and (d / "sweep_N2.csv").read_text() == before
     assert f"resume small_cnn: {len(runs)} completed runs kept" in resumed
+    # a run lost before its summary runs again, and every kept run after it stays in the index
+    first = json.loads((d / "index.json").read_text())["runs"][0]
+    (Path(first["run_dir"]) / "summary.json").unlink()
+    _suite(tmp_path, "bandwidth", "--resume")
+    after = json.loads((d / "index.json").read_text())["runs"]
+    assert len(after) == len(runs) and after[0]["run_dir"] != first["run_dir"], after
 
 
 def _refusal(tmp_path, *args):

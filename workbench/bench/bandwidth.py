@@ -140,12 +140,10 @@ def main(argv=None) -> None:
             run = workbench.launch(c, progress=False, check=False)
             entries.append({"model": model, "rate": rate, "label": label, "kind": kind, "run_dir": str(run.path),
                             "round": i // len(jobs)})
-            mine = [e for e in entries if e["model"] == model]
-            out_of(model).mkdir(parents=True, exist_ok=True)
-            (out_of(model) / "index.json").write_text(json.dumps(
-                {"settings": settings[model], "probes": {r: probes[r] for r in dict.fromkeys(e["rate"] for e in mine)},
-                 "profile": profile_at.get(model), "runs": mine}, indent=1))
+            save_index(out_of(model), settings[model], probes, profile_at.get(model), entries, model)
             report.progress(row(entries[-1], run, probes))
+        for model in plan:  # kept runs after a model's last new one are in the index too
+            save_index(out_of(model), settings[model], probes, profile_at.get(model), entries, model)
     loaded = [(e, Run(e["run_dir"])) for e in entries]  # each run's summary and records read once
     rounds = max((e.get("round", 0) for e in entries), default=0) + 1
     per_round = [[row(e, r, probes) for e, r in loaded if e.get("round", 0) == i] for i in range(rounds)]
@@ -175,6 +173,18 @@ def main(argv=None) -> None:
                             [figure(rows, model)], notes=accuracy(tables), out_root=a.out,
                             benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
         print("\n\n".join(t.markdown() for t in tables) + f"\n\nreport: {path / 'report.html'}")
+
+
+def save_index(out, settings, probes, profile, entries, model) -> None:
+    """What ran where for one model (its runs, link probes, settings and profile): what --resume
+    keeps and --from-runs rebuilds from. Written after every run, atomically: a sweep stopped
+    (or a disk filled) mid-write leaves the previous index, not half of one."""
+    from workbench import runstore
+    mine = [e for e in entries if e["model"] == model]
+    out.mkdir(parents=True, exist_ok=True)
+    runstore.write_json(out / "index.json", {
+        "settings": settings, "probes": {r: probes[r] for r in dict.fromkeys(e["rate"] for e in mine)},
+        "profile": profile, "runs": mine})
 
 
 def kept_runs(plan, out_of, settings, probes, profile_at) -> dict:
