@@ -101,6 +101,13 @@ def test_bandwidth_suite_sweeps_emulated_links(tmp_path):
     _suite(tmp_path, "bandwidth", "--resume")
     after = json.loads((d / "index.json").read_text())["runs"]
     assert len(after) == len(runs) and after[0]["run_dir"] != first["run_dir"], after
+    # a sweep from before the sweeps took profiles: the rebuild profiles now, says so, and records it
+    index = json.loads((d / "index.json").read_text())
+    (d / "index.json").write_text(json.dumps({**index, "profile": None}))
+    (d / "profile.json").unlink()
+    rebuilt = _suite(tmp_path, "bandwidth", "--from-runs")
+    assert json.loads((d / "index.json").read_text())["profile"] == str(d / "profile.json") and (d / "profile.json").exists()
+    assert "profile measured with the rebuild" in (d / "report.md").read_text() and "| small_cnn | 5mbit |" in rebuilt
 
 
 def _refusal(tmp_path, *args):

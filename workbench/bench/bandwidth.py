@@ -49,6 +49,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import workbench
+from workbench import runstore
 from workbench.bench import report
 from workbench.bench.bytes import runs_for
 from workbench.config import validate
@@ -160,8 +161,11 @@ def main(argv=None) -> None:
         if prof is None and profile_at.get(model) and Path(profile_at[model]).exists():
             prof = load_profile(profile_at[model], planner_cfg(model, a.workers, a.batch))
         if prof is None:  # a sweep from before the planner's predictions: profiled now, and said so
-            prof = load_profile(measured_profile(model, a.workers, a.batch, out_of(model), a.compressors.split(",")),
-                                planner_cfg(model, a.workers, a.batch))
+            path = measured_profile(model, a.workers, a.batch, out_of(model), a.compressors.split(","))
+            prof = load_profile(path, planner_cfg(model, a.workers, a.batch))
+            # recorded, so that the next rebuild predicts from the same profile
+            runstore.write_json(out_of(model) / "index.json", {**json.loads((out_of(model) / "index.json").read_text()),
+                                                               "profile": str(path)})
             cmd += f"; {model}'s profile measured with the rebuild"
         else:
             cmd += f"; {model} predicted from its profile of {str(prof.machine.get('measured_at', '?')).replace('T', ' ')[:16]}"
@@ -179,7 +183,6 @@ def save_index(out, settings, probes, profile, entries, model) -> None:
     """What ran where for one model (its runs, link probes, settings and profile): what --resume
     keeps and --from-runs rebuilds from. Written after every run, atomically: a sweep stopped
     (or a disk filled) mid-write leaves the previous index, not half of one."""
-    from workbench import runstore
     mine = [e for e in entries if e["model"] == model]
     out.mkdir(parents=True, exist_ok=True)
     runstore.write_json(out / "index.json", {
