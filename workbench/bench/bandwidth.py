@@ -317,7 +317,7 @@ def row(entry, run, probes) -> dict:
 
 def planner_cfg(model, workers, batch):
     """The config the planner profiles and predicts the sweep's runs from."""
-    return workbench.compose([f"model={model}", *report.data_overrides(model, batch), f"cluster.nproc={workers}"])
+    return workbench.compose([*planner_overrides(model, batch), f"cluster.nproc={workers}"])
 
 
 def _labels(compressors) -> dict:
