@@ -127,7 +127,7 @@ def main(argv=None) -> None:
         entries = []
         from workbench.network.calibrate import calibrate as probe_link
         for model in plan:  # the model's profile, before its runs, on this host as they will find it
-            if model not in given and not (profile_at.get(model) and Path(profile_at[model]).exists()):
+            if model not in given and not recorded(profile_at, model):
                 profile_at[model] = str(measured_profile(model, a.workers, a.batch, out_of(model), a.compressors.split(",")))
         for i, (model, rate, label, kind, c) in enumerate(j for _ in range(a.repeats) for j in jobs):
             if (model, rate, kind, i // len(jobs)) in done:
@@ -158,7 +158,7 @@ def main(argv=None) -> None:
                 f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
     for model, rates in plan.items():
         prof = given.get(model)
-        if prof is None and profile_at.get(model) and Path(profile_at[model]).exists():
+        if prof is None and recorded(profile_at, model):
             prof = load_profile(profile_at[model], planner_cfg(model, a.workers, a.batch))
         if prof is None:  # a sweep from before the planner's predictions: profiled now, and said so
             path = measured_profile(model, a.workers, a.batch, out_of(model), a.compressors.split(","))
@@ -177,6 +177,11 @@ def main(argv=None) -> None:
                             [figure(rows, model)], notes=accuracy(tables), out_root=a.out,
                             benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
         print("\n\n".join(t.markdown() for t in tables) + f"\n\nreport: {path / 'report.html'}")
+
+
+def recorded(profile_at, model) -> bool:
+    """Whether the sweep's index names a profile of ``model`` that is still on disk."""
+    return bool(profile_at.get(model)) and Path(profile_at[model]).exists()
 
 
 def save_index(out, settings, probes, profile, entries, model) -> None:
@@ -270,7 +275,7 @@ def model_tables(model, rates, model_rows, workers, batch, steps, rounds, pred, 
     samples = pred.get("samples", {})
     for comp in compressors:
         speed = [(parse_rate(x["bandwidth"]), x["vs sync"]) for x in model_rows if x["kind"] == comp and x["vs sync"]]
-        measured = crossing(speed)
+        measured = crossing(speed_ups(model_rows, comp))  # from the medians unrounded, as each round's
         each = [crossing(speed_ups(rs, comp)) for rs in per_round]
         predicted = pred.get("crossover", {}).get(comp)
         read = crossing([(parse_rate(b), samples[(b, comp)] / samples[(b, "sync")]) for b in rates
