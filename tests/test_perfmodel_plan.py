@@ -120,6 +120,22 @@ def test_synchronous_protocols_on_a_shared_host_wait_for_the_last_rank_asynchron
     cl = cluster_for(workbench.compose([]), prof, 4, "loopback", 5e-5)
     assert P.sync(prof, cl).step_s == pytest.approx(0.08 + 4e-3 + U)
     assert P.compressed(prof, cl, "powersgd").step_s == pytest.approx(0.08 + 1e-3 + 1e-3 * 0.08 / 0.012 + U)
+    # a codec timed with every rank encoding at once costs that at the profiled ranks, and scales to
+    # other rank counts as the span does; on cores of its own it costs its time alone
+    together = {**prof.codecs["powersgd"], "codec_shared_s": [9e-3]}
+    both = dataclasses.replace(prof, codecs={**prof.codecs, "powersgd": together})
+    assert both.codec_s("powersgd", 0, 4, True) == 9e-3 and both.codec_s("powersgd", 0, 4, False) == 1e-3
+    assert both.codec_s("powersgd", 0, 2, True) == pytest.approx(9e-3 * 0.03 / 0.08)
+    assert prof.codec_s("powersgd", 0, 4, True) == pytest.approx(1e-3 * 0.08 / 0.012)  # none timed at once
+    assert P.compressed(both, cl, "powersgd").step_s == pytest.approx(0.08 + 1e-3 + 9e-3 + U)
+    # a step's collectives timed together in the loop (its period beyond the span) stand for the
+    # sum of their timings alone, which re-aligned the ranks once each
+    tog = dataclasses.replace(prof, loops={"collectives/powersgd": 0.08 + 5e-4, "collectives/sync": 0.08 + 3e-3})
+    assert tog.beyond_span_s("collectives/powersgd") == pytest.approx(5e-4) and tog.beyond_span_s("ddp") is None
+    assert P.compressed(tog, cl, "powersgd").step_s == pytest.approx(0.08 + 5e-4 + 1e-3 * 0.08 / 0.012 + U)
+    assert P.sync(tog, cl).step_s == pytest.approx(0.08 + 3e-3 + U)
+    assert P.ddp_overhead_s(dataclasses.replace(tog, loops={**tog.loops, "ddp": 0.08 + 5e-3}), cl) == pytest.approx(2e-3)
+    assert P.sync(tog, net(4)).step_s == P.sync(PROF, net(4)).step_s  # on a network: the α-β line
     assert P.ps_sync(prof, cl).terms["compute"] == 0.05  # 3 workers in lockstep
     assert P.ps_async(prof, cl).terms["compute"] == pytest.approx(10 * (3e-3 + 3e-4))  # the mean rate
     assert P.bmuf(prof, cl).terms["compute"] == 0.08  # a block ends with the slowest rank's steps

@@ -141,13 +141,12 @@ def _worker_compute(prof: Profile, cl: Cluster, workers: int, batch: Optional[in
 # ---------------------------------------------------------------------------------------------
 # Synchronous data parallelism, with and without a compressor
 
-def _bucket_comm(prof: Profile, cl: Cluster, codec: Optional[dict]) -> Tuple[List[float], List[float], Dict[str, Dict[str, float]], List[float]]:
+def _bucket_comm(prof: Profile, cl: Cluster, compressor: Optional[str]) -> Tuple[List[float], List[float], Dict[str, Dict[str, float]], List[float]]:
     """Per bucket: communication seconds, codec seconds and the bytes one rank sends; and the
-    bytes by category."""
+    bytes by category (``compressor``: one of the profile's codecs, or None for DDP's all-reduce)."""
     p = cl.ranks
+    codec = prof.codecs[compressor] if compressor is not None else None
     comm, codec_s, by, sent_b = [], [], {}, []
-    # host work on every rank at once: on a shared host it slows as the compute does
-    slow = prof.host_slowdown(p) if cl.shares_cores else 1.0
     for i, bk in enumerate(prof.buckets):
         sent = [{"collective": "allreduce", "bytes": 4 * bk["numel"], "category": "allreduce"}] if codec is None \
             else codec["payloads"][i]
@@ -161,7 +160,13 @@ def _bucket_comm(prof: Profile, cl: Cluster, codec: Optional[dict]) -> Tuple[Lis
             out += n
         comm.append(t)
         sent_b.append(out)
-        codec_s.append(codec["codec_s"][i] * slow / prof.speedup if codec is not None else 0.0)
+        codec_s.append(prof.codec_s(compressor, i, p, cl.shares_cores) if codec is not None else 0.0)
+    together = prof.beyond_span_s(f"collectives/{compressor or 'sync'}") if _timed_here(prof, cl) else None
+    if together is not None and comm:
+        # the step's collectives timed together re-align the ranks once, where each timed alone
+        # paid that wait again; shared out over the buckets as their own timings
+        total = sum(comm)
+        comm = [together * (c / total if total > 0 else 1 / len(comm)) for c in comm]
     return comm, codec_s, by, sent_b
 
 
@@ -230,17 +235,19 @@ def ddp_overhead_s(prof: Profile, cl: Cluster) -> float:
     loop = prof.loops.get("ddp")
     if loop is None or not prof.collectives or not _loop_here(prof, cl):  # beyond the collectives it timed
         return 0.0
-    ar = sum(prof.collective_s("allreduce", "float32", 4 * bk["numel"]) or 0.0 for bk in prof.buckets)
+    ar = prof.beyond_span_s("collectives/sync")
+    if ar is None:
+        ar = sum(prof.collective_s("allreduce", "float32", 4 * bk["numel"]) or 0.0 for bk in prof.buckets)
     return max(0.0, loop - prof.sync_compute_s(prof.ranks) - ar)
 
 
-def _dp(prof: Profile, cl: Cluster, codec: Optional[dict]) -> Prediction:
+def _dp(prof: Profile, cl: Cluster, compressor: Optional[str]) -> Prediction:
     p = cl.ranks
     if p < 1:
         raise ValueError(f"data parallelism needs ranks >= 1, got {p}")
     comp = max(_worker_compute(prof, cl, p, lockstep=True))
     bwd = (1 - prof.fwd_share) * comp
-    comm, codec_s, by, sent = _bucket_comm(prof, cl, codec)
+    comm, codec_s, by, sent = _bucket_comm(prof, cl, compressor)
     upd = prof.update_s()
     numels = [bk["numel"] for bk in prof.buckets]
     here = _timed_here(prof, cl)
@@ -271,8 +278,7 @@ def compressed(prof: Profile, cl: Cluster, compressor: str) -> Prediction:
     rate below which it beats ``sync`` on ``cl.ranks`` ranks one per host."""
     if compressor not in prof.codecs:
         raise KeyError(f"the profile has no codec measurement of compressor {compressor!r}")
-    codec = prof.codecs[compressor]
-    pred = _dp(prof, cl, codec)
+    pred = _dp(prof, cl, compressor)
     pred.crossover_bps = crossover_bps(prof, cl, compressor)
     return pred
 
@@ -286,7 +292,7 @@ def crossover_bps(prof: Profile, cl: Cluster, compressor: str, lo: float = 1e3, 
     def gain(bw: float) -> float:
         c = at(bw) if at is not None else replace(cl, bandwidth=bw, allreduce_bandwidth=None, shared_host=False,
                                                   cores_shared=False)
-        return _dp(prof, c, None).step_s - _dp(prof, c, prof.codecs[compressor]).step_s
+        return _dp(prof, c, None).step_s - _dp(prof, c, compressor).step_s
     if cl.ranks <= 1:
         return None
     if gain(hi) > 0:

@@ -16,7 +16,9 @@ A :class:`Profile` holds, for one model, data shape and per-worker batch, measur
   caller as the codecs are;
 - ``codecs``: per compressor, per bucket, the payloads its codec puts into collectives (bytes,
   collective, meter category: exact, they are the bytes the meter will count) and its encode+decode
-  seconds, measured by :func:`workbench.compress.profile.measure_codecs` (handed in by the caller).
+  seconds, measured by :func:`workbench.compress.profile.measure_codecs` (handed in by the caller):
+  ``codec_s`` on rank 0 alone, ``codec_shared_s`` with every rank encoding at once, as a run's
+  hooks do (:meth:`Profile.codec_s`).
 
 :func:`measure_ranks` is the in-cluster part (used by ``trainer=stanza`` before it picks n_f and by
 :func:`measure`, which spawns the ranks itself). Nothing here imports a trainer: the caller passes
@@ -36,9 +38,10 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from workbench.perfmodel.stanza import StanzaInputs
 
-PROFILE_VERSION = 5  # 2: free-running levels, lockstep spans, collectives timed at their sizes, α the floor;
+PROFILE_VERSION = 6  # 2: free-running levels, lockstep spans, collectives timed at their sizes, α the floor;
 # 3: collectives timed in situ, after a lockstep backward; 4: in a free-running loop, less the lockstep span;
-# 5: the loops of the layers above timed too (the parameter server's)
+# 5: the loops of the layers above timed too (the parameter server's); 6: codecs timed with every rank at
+# once, and each step's collectives together in the loop
 
 
 def _median_time(fn, steps: int, device, warmup: bool = True) -> float:
@@ -272,6 +275,32 @@ def measure_collectives(items, meter, comm_device, step: Optional[Callable[[], N
     return out
 
 
+def step_collectives_loop_s(items, meter, comm_device, step: Callable[[], None], reps: int) -> float:
+    """Seconds per period of a loop of ``step()`` and then a step's whole set of collectives
+    (``items``: (collective, dtype, bytes), in a step's order), the ranks' mean.
+
+    A collective timed alone in the loop (:func:`measure_collectives`) costs the wait that
+    re-aligns the ranks after their step as well as its own exchange, and a step with several
+    collectives re-aligns once: on ResNet-18 (steps of a second, 3 ranks on 2 cores) each of
+    PowerSGD's six small all-reduces timed alone read 34–311 ms beyond the span, 1.1 s summed,
+    where its runs' steps had about 0.3 s beyond the span for their codec and collectives together
+    (docs/planner.md, "A step's collectives timed together")."""
+    import torch
+    import torch.distributed as dist
+    tensors = [(c, torch.zeros(max(1, int(nb) // torch.tensor([], dtype=getattr(torch, d)).element_size()),
+                               dtype=getattr(torch, d), device=comm_device)) for c, d, nb in items]
+
+    def body(i: int = 0):
+        step()
+        for c, t in tensors:
+            if c == "allreduce":
+                meter.all_reduce(t, "profile")
+            else:
+                meter.all_gather_varlen(t, "profile")
+    meter.barrier("profile")
+    return mean_over_ranks(free_running_period(body, reps), meter, comm_device, dist.get_world_size())
+
+
 def ddp_loop_s(model, x, y, bucket_cap_mb: float, meter, comm_device, reps: int) -> float:
     """Seconds per step of DDP's own loop on this group: zero_grad, forward and backward of a
     DDP-wrapped copy of ``model`` (its reducer all-reducing the buckets during backward) back to
@@ -347,7 +376,9 @@ class Profile:
     # layers that run them (``measure(loop_fns=...)``), e.g. "ps/async", "ps/sync": the parameter
     # server's, ranks − 1 workers and one server
     loops: Dict[str, float] = field(default_factory=dict)
-    codecs: Dict[str, dict] = field(default_factory=dict)  # compressor -> {"payloads": [[{collective, bytes, category}...] per bucket], "codec_s": [...]}
+    # compressor -> {"payloads": [[{collective, bytes, category}...] per bucket], "codec_s": [...] (rank 0
+    # alone), "codec_shared_s": [...] (every rank at once, the ranks' mean)}
+    codecs: Dict[str, dict] = field(default_factory=dict)
     machine: dict = field(default_factory=dict)  # where and how it was measured
     speedup: float = 1.0  # compute divided by this (planning for faster hardware)
     version: int = PROFILE_VERSION
@@ -386,6 +417,29 @@ class Profile:
         if not self.span_at:
             return self.compute_s(k) / self.compute_s(1)
         return _at(self.span_at, k) / self.span_at[0]
+
+    def codec_s(self, compressor: str, i: int, k: int, shares_cores: bool) -> float:
+        """Bucket ``i``'s encode+decode seconds for ``compressor`` with ``k`` ranks. On ranks with
+        cores of their own, the time alone. On one host, the time with every profiled rank encoding
+        at once (``codec_shared_s``), scaled to k ranks as the compute slows: a codec streams its
+        bucket through memory, and the ranks' codecs slowed each other by more than the compute
+        does (docs/planner.md, "The codecs timed with every rank at once"). Profiles without it:
+        the time alone scaled as the compute slows."""
+        c = self.codecs[compressor]
+        if not shares_cores:
+            return c["codec_s"][i] / self.speedup
+        together = c.get("codec_shared_s")
+        if together and self.ranks > 1:
+            return together[i] * self.host_slowdown(k) / self.host_slowdown(self.ranks) / self.speedup
+        return c["codec_s"][i] * self.host_slowdown(k) / self.speedup
+
+    def beyond_span_s(self, loop: str) -> Optional[float]:
+        """What the loop ``loop`` (``Profile.loops``) takes per period beyond the lockstep span of
+        the profiled ranks; None if it was not timed."""
+        if loop not in self.loops:
+            return None
+        span = self.span_at[-1] if self.span_at else self.compute_s(self.ranks) * self.speedup
+        return max(0.0, self.loops[loop] - span)
 
     def collective_s(self, collective: str, dtype: str, nbytes: float) -> Optional[float]:
         """The measured seconds of ``collective`` of ``nbytes`` in ``dtype`` with every profiled rank
@@ -546,15 +600,29 @@ def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, loop_
             tf, tb = _median_time(fwd, steps, cpu), _median_time(both, steps, cpu)
             share = min(0.9, max(0.05, tf / tb)) if tb > 0 else share
             codecs = codec_fn(buckets, compressors, world) if codec_fn is not None and compressors else {}
+        if codec_fn is not None and compressors and world > 1:
+            # again with every rank encoding at once, as the ranks' hooks do in a run: here 3 ranks
+            # on 2 cores slowed a codec by more than they slow the compute (docs/planner.md)
+            dist.barrier()
+            together = codec_fn(buckets, compressors, world)
+            got: List[Optional[dict]] = [None] * world
+            dist.all_gather_object(got, {k: v["codec_s"] for k, v in together.items()})
+            if rank == 0:
+                for k in codecs:
+                    codecs[k]["codec_shared_s"] = [statistics.mean(g[k][i] for g in got) for i in range(len(buckets))]
         # every collective a run of these paradigms issues, at its size and dtype: DDP's buckets, a
         # flat model (BMUF, local SGD), each codec's payloads
-        items = [None]
+        items = [None, None]
         if rank == 0:
             found = {("allreduce", "float32", 4 * bk["numel"]) for bk in buckets}
             found.add(("allreduce", "float32", 4 * sum(p.numel() for p in model.parameters())))
             for c in codecs.values():
                 found |= {(m["collective"], m.get("dtype", "float32"), m["bytes"]) for ms in c["payloads"] for m in ms}
-            items = [sorted(found)]
+            # and each step's whole set, in a step's order: DDP's buckets, each codec's payloads
+            steps_of = {"sync": [("allreduce", "float32", 4 * bk["numel"]) for bk in buckets]}
+            steps_of.update({name: [(m["collective"], m.get("dtype", "float32"), m["bytes"]) for ms in c["payloads"]
+                                    for m in ms] for name, c in codecs.items()})
+            items = [sorted(found), steps_of]
         dist.broadcast_object_list(items, src=0)
         def step():
             model.zero_grad(set_to_none=True)
@@ -572,6 +640,8 @@ def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, loop_
                  for name in sorted(loop_fns)} if world > 1 else {}
         if world > 1:
             loops["ddp"] = ddp_loop_s(model, x, y, cap, meter, cpu, int(n.item()))
+            for name in sorted(items[1]):
+                loops[f"collectives/{name}"] = step_collectives_loop_s(items[1][name], meter, cpu, step, int(n.item()))
         dist.barrier()
         if rank == 0:
             counts = model.param_counts()
