@@ -530,9 +530,14 @@ def test_verify_json_small_cnn_three_ranks_bytes_exact(tmp_path, capsys):
         assert r["measured_bytes_by_category"] == pytest.approx(
             {k: v for k, v in r["predicted_bytes_by_category"].items() if v}, rel=0, abs=1e-9), r["paradigm"]
         assert math.isfinite(r["error"]) and r["measured_step_s"] > 0
-    # the profile timed the parameter server's loops on these ranks (what the loopback PS rows use)
+    # the profile timed the parameter server's loops on these ranks (what the loopback PS rows use),
+    # each step's collectives together, and every codec with every rank encoding at once
     prof = Profile.load(next((tmp_path / "profiles").glob("*.json")))
-    assert set(prof.loops) == {"ps/async", "ps/async/header", "ps/sync", "ddp"} and min(prof.loops.values()) > 0
+    assert set(prof.loops) == {"ps/async", "ps/async/header", "ps/sync", "ddp", "collectives/sync",
+                               *(f"collectives/{c}" for c in prof.codecs)} and min(prof.loops.values()) > 0
+    assert set(prof.codecs) == {"topk", "powersgd", "fp16"}
+    for c in prof.codecs.values():
+        assert len(c["codec_shared_s"]) == len(c["codec_s"]) == len(prof.buckets) and min(c["codec_shared_s"]) > 0
 
 
 def test_perfmodel_imports_run_down():
