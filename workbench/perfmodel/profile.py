@@ -422,9 +422,10 @@ class Profile:
         """Bucket ``i``'s encode+decode seconds for ``compressor`` with ``k`` ranks. On ranks with
         cores of their own, the time alone. On one host, the time with every profiled rank encoding
         at once (``codec_shared_s``), scaled to k ranks as the compute slows: a codec streams its
-        bucket through memory, and the ranks' codecs slowed each other by more than the compute
-        does (docs/planner.md, "The codecs timed with every rank at once"). Profiles without it:
-        the time alone scaled as the compute slows."""
+        bucket through memory, and the ranks' codecs slow each other by their own factor, not the
+        compute's (ResNet-18, 3 ranks on 2 cores: 1.2–2.7× alone against the compute's 1.4×;
+        docs/planner.md, "A step's collectives timed together, and the codecs with every rank at
+        once"). Profiles without it: the time alone scaled as the compute slows."""
         c = self.codecs[compressor]
         if not shares_cores:
             return c["codec_s"][i] / self.speedup
