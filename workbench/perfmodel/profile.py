@@ -228,6 +228,21 @@ def lockstep(model, x, y, meter, device, comm_device, min_reps: int) -> Tuple[fl
     return tuple(statistics.median(span(k) for _ in range(reps)) for k in range(1, world + 1))
 
 
+def _collective_once(coll: str, dtype: str, nbytes: float, meter, comm_device) -> Callable[[], None]:
+    """A call that issues one ``coll`` (all-reduce, or the hook's all-gather) of ``nbytes`` of
+    ``dtype`` through the meter, on a buffer made once."""
+    import torch
+    dt = getattr(torch, dtype)
+    t = torch.zeros(max(1, int(nbytes) // torch.tensor([], dtype=dt).element_size()), dtype=dt, device=comm_device)
+
+    def once():
+        if coll == "allreduce":
+            meter.all_reduce(t, "profile")
+        else:
+            meter.all_gather_varlen(t, "profile")
+    return once
+
+
 def measure_collectives(items, meter, comm_device, step: Optional[Callable[[], None]] = None,
                         reps: int = 9, span_s: float = 0.0) -> Dict[str, float]:
     """Seconds of each collective at the sizes and dtypes a run will issue, every rank taking part
@@ -245,18 +260,10 @@ def measure_collectives(items, meter, comm_device, step: Optional[Callable[[], N
     bare DDP loop took then, 7.3–7.8 ms (docs/planner.md). The cost is far from linear in size, so
     the model looks these up for this host's rows instead of an α-β line. Without ``step``: the
     median of ``reps`` collectives from a common idle release (rank 0's time)."""
-    import torch
     import torch.distributed as dist
     out: Dict[str, float] = {}
     for coll, dtype, nbytes in items:
-        dt = getattr(torch, dtype)
-        t = torch.zeros(max(1, int(nbytes) // torch.tensor([], dtype=dt).element_size()), dtype=dt, device=comm_device)
-
-        def once():
-            if coll == "allreduce":
-                meter.all_reduce(t, "profile")
-            else:
-                meter.all_gather_varlen(t, "profile")
+        once = _collective_once(coll, dtype, nbytes, meter, comm_device)
         if step is None:
             times = []
             for i in range(reps + 1):
@@ -285,18 +292,13 @@ def step_collectives_loop_s(items, meter, comm_device, step: Callable[[], None],
     PowerSGD's six small all-reduces timed alone read 34–311 ms beyond the span, 1.1 s summed,
     where its runs' steps had about 0.3 s beyond the span for their codec and collectives together
     (docs/planner.md, "A step's collectives timed together")."""
-    import torch
     import torch.distributed as dist
-    tensors = [(c, torch.zeros(max(1, int(nb) // torch.tensor([], dtype=getattr(torch, d)).element_size()),
-                               dtype=getattr(torch, d), device=comm_device)) for c, d, nb in items]
+    calls = [_collective_once(c, d, nb, meter, comm_device) for c, d, nb in items]
 
     def body(i: int = 0):
         step()
-        for c, t in tensors:
-            if c == "allreduce":
-                meter.all_reduce(t, "profile")
-            else:
-                meter.all_gather_varlen(t, "profile")
+        for once in calls:
+            once()
     meter.barrier("profile")
     return mean_over_ranks(free_running_period(body, reps), meter, comm_device, dist.get_world_size())
 
