@@ -401,10 +401,10 @@ def _plan_rows(overrides, bandwidths, workers, profile, speedup, latency, only, 
         loop = [w for w in workers if any(here(b) for b in bandwidths)]
         ranks = max([2, *loop])
         comps = {v.cfg.compressor.name: v.cfg.compressor for w in vs for v in vs[w] if v.trainer == "compressed"}
-        from workbench.compress.profile import measure_codecs
+        from workbench.compress.profile import hook_loops, measure_codecs
         from workbench.ps.profile import LOOPS
         profile = load_or_measure(base, ranks, comps, root=root or base.output_root, log=log, refresh=refresh,
-                                  codec_fn=measure_codecs, loop_fns=LOOPS)
+                                  codec_fn=measure_codecs, loop_fns={**LOOPS, **hook_loops(comps)})
     if speedup != 1.0:
         profile = profile.with_speedup(speedup * profile.speedup)
     return predict_rows(profile, vs, bandwidths, latency_s), (vs, profile)

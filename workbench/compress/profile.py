@@ -67,3 +67,52 @@ def measure_codecs(buckets: List[dict], compressors: Dict[str, object], world: i
         out[name] = {"collective": comp.collective,
                      "payloads": payloads, "codec_s": codec}
     return out
+
+
+def time_hook_loop(ccfg, model, step, meter, comm_device, make_optimizer, reps: int, *, batch, bucket_cap_mb: float,
+                   **_) -> float:
+    """Seconds per step of ``trainer=compressed``'s own loop on this group, its optimizer aside:
+    zero_grad, forward and backward of a DDP-wrapped copy of ``model`` with this compressor's hook
+    (:func:`~workbench.compress.hook.compression_hook`, its codec and metered collectives on the
+    hook's thread) back to back, the ranks' mean of their median periods (``Profile.loops
+    ["compressed/<name>"]``).
+
+    Why, beside the codecs and a step's collectives timed apart: on the small CNN (3 ranks on 2
+    cores) every compressor's row came out 10–25 % short when codec and collectives were priced
+    from their own loops, while ResNet-18's were within 12 %: in a run the codec runs between a
+    bucket's collectives, on a thread of its own, on cores the other ranks use, and what that costs
+    is not the sum of the parts (docs/planner.md, "The compressors' own loop")."""
+    import copy
+
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from workbench.compress.hook import CompressionHookState, compression_hook
+    from workbench.perfmodel.profile import free_running_period, mean_over_ranks
+    rank, world = dist.get_rank(), dist.get_world_size()
+    x, y = batch
+    ddp = DDP(copy.deepcopy(model), bucket_cap_mb=bucket_cap_mb)
+    state = CompressionHookState(build_compressor(ccfg, rank, world, 0), meter)
+    ddp.register_comm_hook(state, compression_hook)
+
+    def body(i: int = 0) -> None:
+        ddp.zero_grad(set_to_none=True)
+        F.cross_entropy(ddp(x), y).backward()
+    try:
+        state.passthrough = True  # DDP rebuilds its buckets after this first step, as a run's settle_buckets
+        body()
+        state.passthrough = False
+        state.step = int(ccfg.get("start_iter", 0) or 0)  # compressing from the first timed step
+        body()  # builds the compressor's state (residuals, PowerSGD's Q)
+        meter.barrier("profile")
+        period = free_running_period(body, reps)
+    finally:
+        state.close()
+    return mean_over_ranks(period, meter, comm_device, world)
+
+
+def hook_loops(compressors: Dict[str, object]) -> Dict[str, object]:
+    """The profile's loops of these compressors (name -> config), by the names the model looks up."""
+    from functools import partial
+    return {f"compressed/{name}": partial(time_hook_loop, ccfg) for name, ccfg in compressors.items()}

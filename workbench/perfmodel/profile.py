@@ -38,10 +38,11 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from workbench.perfmodel.stanza import StanzaInputs
 
-PROFILE_VERSION = 6  # 2: free-running levels, lockstep spans, collectives timed at their sizes, α the floor;
+PROFILE_VERSION = 7  # 2: free-running levels, lockstep spans, collectives timed at their sizes, α the floor;
 # 3: collectives timed in situ, after a lockstep backward; 4: in a free-running loop, less the lockstep span;
 # 5: the loops of the layers above timed too (the parameter server's); 6: codecs timed with every rank at
-# once, and each step's collectives together in the loop
+# once, and each step's collectives together in the loop; 7: the loop fns get the batch and DDP's bucket
+# cap (the compressors' own loops, ``workbench.compress.profile``)
 
 
 def _median_time(fn, steps: int, device, warmup: bool = True) -> float:
@@ -376,7 +377,7 @@ class Profile:
     collectives: Dict[str, float] = field(default_factory=dict)  # "<collective>:<dtype>:<bytes>" -> s, measured here
     # loops timed here: name -> s per worker step; "ddp": DDP's own (``ddp_loop_s``), and those of the
     # layers that run them (``measure(loop_fns=...)``), e.g. "ps/async", "ps/sync": the parameter
-    # server's, ranks − 1 workers and one server
+    # server's, ranks − 1 workers and one server; "compressed/<c>": DDP with compressor c's hook
     loops: Dict[str, float] = field(default_factory=dict)
     # compressor -> {"payloads": [[{collective, bytes, category}...] per bucket], "codec_s": [...] (rank 0
     # alone), "codec_shared_s": [...] (every rank at once, the ranks' mean)}
@@ -639,7 +640,8 @@ def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, loop_
         colls = measure_collectives(items[0], meter, cpu, step, reps=int(n.item()), span_s=m["span_at"][-1]) \
             if world > 1 else {}
         # the loops a layer above times here (the parameter server's: ``workbench.ps.profile``), in name order
-        loops = {name: loop_fns[name](model, step, meter, cpu, make_optimizer, int(n.item()))
+        loops = {name: loop_fns[name](model, step, meter, cpu, make_optimizer, int(n.item()), batch=(x, y),
+                                      bucket_cap_mb=cap)
                  for name in sorted(loop_fns)} if world > 1 else {}
         if world > 1:
             loops["ddp"] = ddp_loop_s(model, x, y, cap, meter, cpu, int(n.item()))
@@ -673,9 +675,10 @@ def measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, st
     data shape and per-worker batch. ``compressors``: name -> compressor config, whose codecs
     ``codec_fn(buckets, compressors, world)`` measures on rank 0 (the caller passes
     :func:`workbench.compress.profile.measure_codecs`: this layer does not import the compressors).
-    ``loop_fns``: name -> ``fn(model, step, meter, comm_device, make_optimizer, reps)``, a loop a
-    layer above runs, timed on every rank in seconds per worker step (``Profile.loops``; the caller
-    passes :data:`workbench.ps.profile.LOOPS`, the parameter server's).
+    ``loop_fns``: name -> ``fn(model, step, meter, comm_device, make_optimizer, reps, batch=(x, y),
+    bucket_cap_mb=...)``, a loop a layer above runs, timed on every rank in seconds per worker step
+    (``Profile.loops``; the caller passes :data:`workbench.ps.profile.LOOPS`, the parameter server's,
+    and :func:`workbench.compress.profile.hook_loops`, each compressor's DDP hook).
     Seconds for the small models; a minute or more for VGG-16 on a loaded CPU."""
     import torch.multiprocessing as mp
     ctx = mp.get_context("spawn")

@@ -34,7 +34,7 @@ from workbench.ps.sharding import ShardLayout
 
 
 def time_loop(model, step: Callable[[], None], meter, comm_device, make_optimizer: Callable, reps: int,
-              hardsync: bool = False, payload: bool = True) -> float:
+              hardsync: bool = False, payload: bool = True, **_) -> float:
     """Seconds per worker step of the PS loop on this group: hardsync, or asynchronous with c = 1;
     without ``payload``, the headers alone (an empty shard), which is what separates the loop's
     cost per message from its cost per byte."""
