@@ -152,6 +152,15 @@ def test_synchronous_protocols_on_a_shared_host_wait_for_the_last_rank_asynchron
     assert P.ddp_overhead_s(ddp, three) == 0.0 and P.ddp_overhead_s(dataclasses.replace(ddp, loops={"ddp": 0.01}), cl) == 0.0
     emulated = cluster_for(workbench.compose([]), ddp, 4, "emulated:1gbit", 5e-5)
     assert P.sync(ddp, emulated).step_s == P.sync(prof, emulated).step_s
+    # a compressor's own loop (DDP with its hook), timed here: what it costs beyond the span, the
+    # step's collectives together and the codec timed at once joins that compressor's row, in
+    # place of DDP's; other compressors keep DDP's, and other rank counts neither
+    hook = dataclasses.replace(both, loops={"ddp": 0.08 + 4e-3 + 2e-3, "collectives/powersgd": 0.08 + 5e-4,
+                                            "compressed/powersgd": 0.08 + 5e-4 + 9e-3 + 3e-3})
+    assert P.ddp_overhead_s(hook, cl, "powersgd") == pytest.approx(3e-3)
+    assert P.compressed(hook, cl, "powersgd").step_s == pytest.approx(0.08 + 5e-4 + 9e-3 + 3e-3 + U)
+    assert P.ddp_overhead_s(hook, cl, "topk") == pytest.approx(2e-3) and P.ddp_overhead_s(hook, cl) == pytest.approx(2e-3)
+    assert P.ddp_overhead_s(hook, three, "powersgd") == 0.0
     # on a network (one rank per host) nothing changes
     assert P.sync(prof, net(4)).step_s == P.sync(PROF, net(4)).step_s
 
@@ -531,10 +540,11 @@ def test_verify_json_small_cnn_three_ranks_bytes_exact(tmp_path, capsys):
             {k: v for k, v in r["predicted_bytes_by_category"].items() if v}, rel=0, abs=1e-9), r["paradigm"]
         assert math.isfinite(r["error"]) and r["measured_step_s"] > 0
     # the profile timed the parameter server's loops on these ranks (what the loopback PS rows use),
-    # each step's collectives together, and every codec with every rank encoding at once
+    # each step's collectives together, each compressor's own loop, and every codec with every rank encoding at once
     prof = Profile.load(next((tmp_path / "profiles").glob("*.json")))
     assert set(prof.loops) == {"ps/async", "ps/async/header", "ps/sync", "ddp", "collectives/sync",
-                               *(f"collectives/{c}" for c in prof.codecs)} and min(prof.loops.values()) > 0
+                               *(f"collectives/{c}" for c in prof.codecs), *(f"compressed/{c}" for c in prof.codecs)}
+    assert min(prof.loops.values()) > 0
     assert set(prof.codecs) == {"topk", "powersgd", "fp16"}
     for c in prof.codecs.values():
         assert len(c["codec_shared_s"]) == len(c["codec_s"]) == len(prof.buckets) and min(c["codec_shared_s"]) > 0

@@ -226,19 +226,25 @@ def _loop_here(prof: Profile, cl: Cluster) -> bool:
     return cl.shared_host and cl.ranks == prof.ranks and prof.speedup == 1.0
 
 
-def ddp_overhead_s(prof: Profile, cl: Cluster) -> float:
-    """What DDP's reducer adds to a step on this host beyond the lockstep span and its buckets'
-    all-reduces timed in the loop: the profile's DDP loop (``Profile.loops["ddp"]``) less both, on
+def ddp_overhead_s(prof: Profile, cl: Cluster, compressor: Optional[str] = None) -> float:
+    """What DDP's reducer adds to a step on this host beyond the lockstep span, the step's
+    collectives timed in the loop and, with a compressor, its codec timed with every rank at once:
+    the profile's loop of that step (``Profile.loops["ddp"]``, or ``["compressed/<c>"]``, DDP with
+    the compressor's hook; a profile without it: DDP's, the codec aside) less those parts, on
     loopback at the profiled ranks; 0 elsewhere: on a link, at other rank counts, and behind the
     emulated links, whose synchronous rows matched without it (small CNN ``sync`` −3 % to +1 %,
     BENCHMARKS.md)."""
-    loop = prof.loops.get("ddp")
+    own = f"compressed/{compressor}" if compressor is not None else "ddp"
+    name = own if own in prof.loops else "ddp"
+    loop = prof.loops.get(name)
     if loop is None or not prof.collectives or not _loop_here(prof, cl):  # beyond the collectives it timed
         return 0.0
-    ar = prof.beyond_span_s("collectives/sync")
-    if ar is None:
-        ar = sum(prof.collective_s("allreduce", "float32", 4 * bk["numel"]) or 0.0 for bk in prof.buckets)
-    return max(0.0, loop - prof.sync_compute_s(prof.ranks) - ar)
+    parts = prof.beyond_span_s(f"collectives/{compressor or 'sync'}" if name != "ddp" else "collectives/sync")
+    if parts is None:
+        parts = sum(prof.collective_s("allreduce", "float32", 4 * bk["numel"]) or 0.0 for bk in prof.buckets)
+    if name != "ddp":  # the hook's loop holds the codec too
+        parts += sum(prof.codec_s(compressor, i, prof.ranks, True) for i in range(len(prof.buckets)))
+    return max(0.0, loop - prof.sync_compute_s(prof.ranks) - parts)
 
 
 def _dp(prof: Profile, cl: Cluster, compressor: Optional[str]) -> Prediction:
@@ -251,7 +257,7 @@ def _dp(prof: Profile, cl: Cluster, compressor: Optional[str]) -> Prediction:
     upd = prof.update_s()
     numels = [bk["numel"] for bk in prof.buckets]
     here = _timed_here(prof, cl)
-    overhead = ddp_overhead_s(prof, cl)
+    overhead = ddp_overhead_s(prof, cl, compressor)
     if cl.shared_host:
         exposed = sum(comm) + overhead
     elif here:
