@@ -1,5 +1,6 @@
 """What the performance model needs to know about each compressor, measured: the payloads its
-codec puts into collectives on each DDP bucket and its encode+decode time. The profiler
+codec puts into collectives on each DDP bucket, its encode+decode time, and the loop of DDP with
+its hook (:func:`hook_loops`, on every rank of the profile's group). The profiler
 (:mod:`workbench.perfmodel.profile`) calls :func:`measure_codecs` on rank 0 through the hook it is
 handed, so the model's layer never imports the compressors (imports run down: compress uses
 perfmodel, not the reverse).
