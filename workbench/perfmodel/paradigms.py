@@ -239,7 +239,7 @@ def ddp_overhead_s(prof: Profile, cl: Cluster, compressor: Optional[str] = None)
     loop = prof.loops.get(name)
     if loop is None or not prof.collectives or not _loop_here(prof, cl):  # beyond the collectives it timed
         return 0.0
-    parts = prof.beyond_span_s(f"collectives/{compressor or 'sync'}" if name != "ddp" else "collectives/sync")
+    parts = prof.beyond_span_s(f"collectives/{compressor}" if name != "ddp" else "collectives/sync")
     if parts is None:
         parts = sum(prof.collective_s("allreduce", "float32", 4 * bk["numel"]) or 0.0 for bk in prof.buckets)
     if name != "ddp":  # the hook's loop holds the codec too
