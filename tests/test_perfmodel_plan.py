@@ -550,6 +550,32 @@ def test_verify_json_small_cnn_three_ranks_bytes_exact(tmp_path, capsys):
         assert len(c["codec_shared_s"]) == len(c["codec_s"]) == len(prof.buckets) and min(c["codec_shared_s"]) > 0
 
 
+def _die_on_last_rank(model, step, meter, comm_device, make_optimizer, reps, **_):
+    """A loop fn whose last rank dies as the kernel's OOM killer would end it: no message, no unwinding."""
+    import os
+
+    import torch.distributed as dist
+    if dist.get_rank() == dist.get_world_size() - 1:
+        os._exit(3)
+    meter.barrier("profile")  # the others wait for it, as they would in a collective
+    return 0.0
+
+
+@pytest.mark.slow
+def test_a_rank_that_dies_while_profiling_fails_the_profile_and_is_named():
+    """A profiling rank that dies without a word fails the profile within seconds, naming the rank
+    and its exit code, instead of the others waiting in gloo for half an hour."""
+    import time
+
+    import workbench
+    from workbench.perfmodel.profile import measure
+    cfg = workbench.compose(["model=small_cnn", "cluster.nproc=2", "cluster.timeout_s=60"])
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="ranks failed: rank 1 exited with code 3"):
+        measure(cfg, 2, loop_fns={"dies": _die_on_last_rank})
+    assert time.monotonic() - t0 < 300
+
+
 def test_perfmodel_imports_run_down():
     """perfmodel sits under the running layer: it never imports trainers, the launcher, the parameter
     server or the compressors (they import it); a trainer names its model, the planner asks."""

@@ -81,7 +81,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from workbench.core import ConfigError, world_size
 from workbench.perfmodel.paradigms import Cluster, Prediction
-from workbench.perfmodel.profile import Profile, load_or_measure, profile_key
+from workbench.perfmodel.profile import Profile, ProfileError, load_or_measure, profile_key
 
 LOOPBACK = "loopback"
 EMULATED = "emulated:"  # emulated:<rate>: this machine's ranks, each behind its own shaped link (network=emulated)
@@ -577,6 +577,9 @@ def main(argv=None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except ProfileError as e:  # the profile's ranks failed or timed out, the rank named
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     if a.save_profile:
         prof.save(a.save_profile)
     if a.verify:

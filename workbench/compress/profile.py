@@ -83,34 +83,23 @@ def time_hook_loop(ccfg, model, step, meter, comm_device, make_optimizer, reps: 
     from their own loops, while ResNet-18's were within 12 %: in a run the codec runs between a
     bucket's collectives, on a thread of its own, on cores the other ranks use, and what that costs
     is not the sum of the parts (docs/planner.md, "The compressors' own loop")."""
-    import copy
-
     import torch.distributed as dist
-    import torch.nn.functional as F
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     from workbench.compress.hook import CompressionHookState, compression_hook
-    from workbench.perfmodel.profile import free_running_period, mean_over_ranks
-    rank, world = dist.get_rank(), dist.get_world_size()
+    from workbench.perfmodel.profile import ddp_loop_s
     x, y = batch
-    ddp = DDP(copy.deepcopy(model), bucket_cap_mb=bucket_cap_mb)
-    state = CompressionHookState(build_compressor(ccfg, rank, world, 0), meter)
-    ddp.register_comm_hook(state, compression_hook)
+    state = CompressionHookState(build_compressor(ccfg, dist.get_rank(), dist.get_world_size(), 0), meter)
 
-    def body(i: int = 0) -> None:
-        ddp.zero_grad(set_to_none=True)
-        F.cross_entropy(ddp(x), y).backward()
-    try:
-        state.passthrough = True  # DDP rebuilds its buckets after this first step, as a run's settle_buckets
-        body()
+    def settle(step) -> None:
         state.passthrough = False
         state.step = int(ccfg.get("start_iter", 0) or 0)  # compressing from the first timed step
-        body()  # builds the compressor's state (residuals, PowerSGD's Q)
-        meter.barrier("profile")
-        period = free_running_period(body, reps)
+        step()  # builds the compressor's state (residuals, PowerSGD's Q)
+    state.passthrough = True  # DDP rebuilds its buckets after the first step, as a run's settle_buckets
+    try:
+        return ddp_loop_s(model, x, y, bucket_cap_mb, meter, comm_device, reps, hook=(state, compression_hook),
+                          settle=settle)
     finally:
         state.close()
-    return mean_over_ranks(period, meter, comm_device, world)
 
 
 def hook_loops(compressors: Dict[str, object]) -> Dict[str, object]:

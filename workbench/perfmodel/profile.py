@@ -304,10 +304,14 @@ def step_collectives_loop_s(items, meter, comm_device, step: Callable[[], None],
     return mean_over_ranks(free_running_period(body, reps), meter, comm_device, dist.get_world_size())
 
 
-def ddp_loop_s(model, x, y, bucket_cap_mb: float, meter, comm_device, reps: int) -> float:
+def ddp_loop_s(model, x, y, bucket_cap_mb: float, meter, comm_device, reps: int, hook=None,
+               settle: Optional[Callable[[Callable[[], None]], None]] = None) -> float:
     """Seconds per step of DDP's own loop on this group: zero_grad, forward and backward of a
     DDP-wrapped copy of ``model`` (its reducer all-reducing the buckets during backward) back to
-    back, the ranks' mean of their median periods (``Profile.loops["ddp"]``).
+    back, the ranks' mean of their median periods (``Profile.loops["ddp"]``). ``hook``: a
+    ``(state, fn)`` comm hook to register instead of the reducer's all-reduce, and ``settle(step)``
+    runs after the first step (the layers above time their own hooks this way:
+    ``workbench.compress.profile``).
 
     Why, beside the collectives timed in the loop: on 3 ranks and 2 cores the small CNN's
     ``trainer=sync`` step was 27 % longer than the lockstep span plus the bucket's all-reduce timed
@@ -319,11 +323,15 @@ def ddp_loop_s(model, x, y, bucket_cap_mb: float, meter, comm_device, reps: int)
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
     ddp = DDP(copy.deepcopy(model), bucket_cap_mb=bucket_cap_mb)
+    if hook is not None:
+        ddp.register_comm_hook(*hook)
 
     def step(i: int = 0):
         ddp.zero_grad(set_to_none=True)
         F.cross_entropy(ddp(x), y).backward()
     step()  # the reducer rebuilds its buckets after the first step
+    if settle is not None:
+        settle(step)
     meter.barrier("profile")
     return mean_over_ranks(free_running_period(step, reps), meter, comm_device, dist.get_world_size())
 
@@ -669,6 +677,58 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+class ProfileError(RuntimeError):
+    """The profile's ranks failed, or did not finish in time: what a command prints in one line."""
+
+
+def _wait_for_result(queue, procs, cfg, ranks: int) -> dict:
+    """Rank 0's result, or ``{"error": ...}`` as soon as a rank has died: a rank killed (by the
+    kernel, a signal, ``os._exit``) puts no message, and the others would wait in gloo for their
+    30 minutes. Killed ranks are named first, then what a rank said. The whole wait is bounded by
+    30 minutes or ``cluster.timeout_s``: each compressor's own loop (``compress.profile``) adds
+    steps, and VGG-16's profile with them can outlast the 600 s this bound once was. The ranks are
+    joined (or terminated) before this returns or raises."""
+    import queue as queue_mod
+    wait_s = max(1800.0, float(cfg.cluster.timeout_s))
+    deadline = time.monotonic() + wait_s
+    res: Optional[dict] = None
+    try:
+        while True:
+            try:
+                res = queue.get(timeout=2.0)
+                break
+            except queue_mod.Empty:
+                pass
+            ended = [p.exitcode for p in procs if p.exitcode is not None]
+            if any(c != 0 for c in ended) or len(ended) == len(procs):
+                try:  # what a rank said before it went (it puts its message, then exits 1)
+                    res = queue.get(timeout=2.0)
+                except queue_mod.Empty:
+                    res = {"error": "no rank said why (exit codes: "
+                                    + ", ".join(f"rank {r} {p.exitcode}" for r, p in enumerate(procs)) + ")"}
+                break
+            if time.monotonic() > deadline:
+                raise ProfileError(f"profiling {cfg.model.name} on {ranks} ranks did not finish in {wait_s:.0f} s "
+                                   f"(alive: {sum(p.is_alive() for p in procs)} of {ranks} ranks)")
+        if "error" in res:
+            # a rank that was killed is the cause; the others' errors (gloo's "connection closed by
+            # peer") follow from it, and can arrive before its exit is seen: look twice
+            for _ in range(2):
+                killed = [f"rank {r} exited with code {p.exitcode}" for r, p in enumerate(procs)
+                          if p.exitcode not in (None, 0, 1)]
+                if killed:
+                    res = {"error": "; ".join(killed + [res["error"]])}
+                    break
+                time.sleep(1.0)
+    finally:
+        until = time.monotonic() + (60 if res is not None and "error" not in res else 0)  # a failed profile's ranks go now
+        for p in procs:
+            p.join(timeout=max(0.0, until - time.monotonic()))
+            if p.is_alive():
+                p.terminate()
+    return res
+
+
 def measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, steps: int = 3,
             codec_fn: Optional[Callable] = None, loop_fns: Optional[Dict[str, Callable]] = None) -> Profile:
     """Spawn ``ranks`` gloo processes on this machine and measure the profile of ``cfg``'s model,
@@ -688,22 +748,9 @@ def measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, st
              for r in range(ranks)]
     for p in procs:
         p.start()
-    import queue as queue_mod
-    wait_s = max(600.0, float(cfg.cluster.timeout_s))
-    res = {"error": "no result"}
-    try:
-        res = queue.get(timeout=wait_s)
-    except queue_mod.Empty:
-        raise RuntimeError(f"profiling {cfg.model.name} on {ranks} ranks did not finish in {wait_s:.0f} s "
-                           f"(alive: {sum(p.is_alive() for p in procs)} of {ranks} ranks)") from None
-    finally:
-        deadline = time.monotonic() + (60 if "error" not in res else 0)  # a failed profile's ranks go now
-        for p in procs:
-            p.join(timeout=max(0.0, deadline - time.monotonic()))
-            if p.is_alive():
-                p.terminate()
+    res = _wait_for_result(queue, procs, cfg, ranks)
     if "error" in res:
-        raise RuntimeError(f"profiling {cfg.model.name} on {ranks} ranks failed: {res['error']}")
+        raise ProfileError(f"profiling {cfg.model.name} on {ranks} ranks failed: {res['error']}")
     key = profile_key(cfg)
     threads = res.pop("threads")
     return Profile(model=key["model"], data=str(cfg.data.name), input_shape=key["input_shape"], batch=key["batch"],
