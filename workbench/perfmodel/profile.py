@@ -38,11 +38,12 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from workbench.perfmodel.stanza import StanzaInputs
 
-PROFILE_VERSION = 7  # 2: free-running levels, lockstep spans, collectives timed at their sizes, α the floor;
+PROFILE_VERSION = 8  # 2: free-running levels, lockstep spans, collectives timed at their sizes, α the floor;
 # 3: collectives timed in situ, after a lockstep backward; 4: in a free-running loop, less the lockstep span;
 # 5: the loops of the layers above timed too (the parameter server's); 6: codecs timed with every rank at
 # once, and each step's collectives together in the loop; 7: the loop fns get the batch and DDP's bucket
-# cap (the compressors' own loops, ``workbench.compress.profile``)
+# cap (the compressors' own loops, ``workbench.compress.profile``); 8: the conv and FC levels timed from
+# no gradients, as a step runs, not adding into the last call's
 
 
 def _median_time(fn, steps: int, device, warmup: bool = True) -> float:
@@ -105,11 +106,17 @@ def measure_ranks(model, spec, b: int, meter, device, comm_device, steps: int,
     with torch.no_grad():
         a = int(model.features(x[:1]).numel())
 
+    # Each call starts from no gradients, as a training step does (zero_grad(set_to_none=True)):
+    # backward then hands its gradients over instead of adding them into .grad, and the adding
+    # made ResNet-18's conv pass 19 % slower here, the t_c levels with it, and Stanza's lone CONV
+    # worker over-predicted by 14–19 % at every link rate (docs/planner.md, "Gradients that pile up")
     def conv():
+        model.zero_grad(set_to_none=True)
         h = model.features(x)
         h.backward(torch.ones_like(h))
 
     def fc():
+        model.zero_grad(set_to_none=True)
         h = torch.randn(b, a, device=device, requires_grad=True)
         F.cross_entropy(model.classifier(h), y).backward()
 
