@@ -107,9 +107,8 @@ def measure_ranks(model, spec, b: int, meter, device, comm_device, steps: int,
         a = int(model.features(x[:1]).numel())
 
     # Each call starts from no gradients, as a training step does (zero_grad(set_to_none=True)):
-    # backward then hands its gradients over instead of adding them into .grad, and the adding
-    # made ResNet-18's conv pass 19 % slower here, the t_c levels with it, and Stanza's lone CONV
-    # worker over-predicted by 14–19 % at every link rate (docs/planner.md, "Gradients that pile up")
+    # backward then hands its gradients over instead of adding them into .grad. The adding made
+    # ResNet-18's conv pass 3–7 % slower here, side by side (docs/planner.md, "Gradients that pile up")
     def conv():
         model.zero_grad(set_to_none=True)
         h = model.features(x)
