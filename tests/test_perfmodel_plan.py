@@ -386,6 +386,43 @@ def test_bmuf_and_easgd_amortise_their_exchange():
     assert comp + U + (2 * (2 * 5e-5 + M / GBIT) + U) / 4 < a.step_s  # the queue costs something
 
 
+def test_every_paradigm_pays_the_loops_own_bookkeeping_once_a_step():
+    """The training loop's own seconds a step (the next batch, the meter's window, the records:
+    ``Profile.bookkeeping_s``) add to every synchronous step once, and to an asynchronous worker's
+    think time, where the queue at the servers may absorb part of it."""
+    from dataclasses import replace
+    book = 4e-4
+    prof = replace(PROF, loops={"bookkeeping": book})
+    cl = net(4)
+    for fn, kw in [(P.sync, {}), (P.compressed, {"compressor": "powersgd"}), (P.ps_sync, {}), (P.bmuf, {"block": 8}),
+                   (P.easgd, {"sync": True}), (P.stanza, {"fc_workers": 1}), (P.stanza, {"fc_workers": 2})]:
+        with_, without = fn(prof, cl, **kw), fn(PROF, cl, **kw)
+        assert with_.step_s == pytest.approx(without.step_s + book), fn.__name__
+        assert with_.terms["bookkeeping"] == book and without.terms["bookkeeping"] == 0.0
+    comp = 10 * 1.1e-3
+    a = P.ps_async(prof, cl)  # 3 workers, think time Z = compute + bookkeeping, D at the server
+    D = 2 * 5e-5 + M / GBIT + U
+    alone = comp + book + 2 * (2 * 5e-5 + M / GBIT) + U
+    assert a.step_s == pytest.approx(alone - D + mva_residence(alone - D, D, 3))
+    assert P.ps_async(PROF, cl).step_s < a.step_s < P.ps_async(PROF, cl).step_s + book + 1e-12
+
+
+def _bookkeeping_on_ranks(rank, world, cfg):
+    from workbench.meter import Meter
+    from workbench.trainers.base import bookkeeping_loop_s
+    return bookkeeping_loop_s(cfg, None, None, Meter(60), "cpu", None, 20)
+
+
+def test_the_bookkeeping_loop_times_the_real_loop_around_an_empty_step():
+    """``trainers.base.bookkeeping_loop_s`` runs ``Trainer.run`` itself (the real loader, meter and
+    records) around a step that does nothing, on every rank, and agrees on the slowest rank's mean."""
+    import workbench
+    from dist_utils import run_ranks
+    cfg = workbench.compose(["model=small_cnn", "cluster.nproc=2", "trainer.progress=false"])
+    out = run_ranks(_bookkeeping_on_ranks, 2, cfg, timeout_s=60)
+    assert out[0] == out[1] and 0 < out[0] < 0.05  # seconds a step: well under a step's compute here
+
+
 def test_stanza_is_perfmodel_stanza_on_the_profile():
     cl = net(4)
     x = P.stanza_inputs(PROF, cl)
@@ -542,7 +579,7 @@ def test_verify_json_small_cnn_three_ranks_bytes_exact(tmp_path, capsys):
     # the profile timed the parameter server's loops on these ranks (what the loopback PS rows use),
     # each step's collectives together, each compressor's own loop, and every codec with every rank encoding at once
     prof = Profile.load(next((tmp_path / "profiles").glob("*.json")))
-    assert set(prof.loops) == {"ps/async", "ps/async/header", "ps/sync", "ddp", "collectives/sync",
+    assert set(prof.loops) == {"ps/async", "ps/async/header", "ps/sync", "ddp", "collectives/sync", "bookkeeping",
                                *(f"collectives/{c}" for c in prof.codecs), *(f"compressed/{c}" for c in prof.codecs)}
     assert min(prof.loops.values()) > 0
     assert set(prof.codecs) == {"topk", "powersgd", "fp16"}

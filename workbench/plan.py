@@ -287,6 +287,18 @@ def emulated_crossover_bps(cfg: DictConfig, prof: Profile, ranks: int, compresso
     return P.crossover_bps(prof, at(1.25e8), compressor, at=at)
 
 
+def profile_loops(cfg, compressors: Dict[str, object]) -> Dict[str, object]:
+    """The loops the profile times on every rank (``perfmodel.profile.measure(loop_fns=…)``), from
+    the layers that run them: the parameter server's, each compressor's DDP hook, and the training
+    loop's own bookkeeping for ``cfg``'s data."""
+    from functools import partial
+
+    from workbench.compress.profile import hook_loops
+    from workbench.ps.profile import LOOPS
+    from workbench.trainers.base import bookkeeping_loop_s
+    return {**LOOPS, **hook_loops(compressors), "bookkeeping": partial(bookkeeping_loop_s, cfg)}
+
+
 def predict_rows(prof: Profile, vs_by_workers: Dict[int, List[Variant]], bandwidths: Sequence[str],
                  latency_s: float) -> List[dict]:
     rows = []
@@ -401,10 +413,9 @@ def _plan_rows(overrides, bandwidths, workers, profile, speedup, latency, only, 
         loop = [w for w in workers if any(here(b) for b in bandwidths)]
         ranks = max([2, *loop])
         comps = {v.cfg.compressor.name: v.cfg.compressor for w in vs for v in vs[w] if v.trainer == "compressed"}
-        from workbench.compress.profile import hook_loops, measure_codecs
-        from workbench.ps.profile import LOOPS
+        from workbench.compress.profile import measure_codecs
         profile = load_or_measure(base, ranks, comps, root=root or base.output_root, log=log, refresh=refresh,
-                                  codec_fn=measure_codecs, loop_fns={**LOOPS, **hook_loops(comps)})
+                                  codec_fn=measure_codecs, loop_fns=profile_loops(base, comps))
     if speedup != 1.0:
         profile = profile.with_speedup(speedup * profile.speedup)
     return predict_rows(profile, vs, bandwidths, latency_s), (vs, profile)

@@ -24,14 +24,13 @@ def whatif_profile(overrides: Sequence[str] = (), ranks: int = 2, root: Optional
     processes and every compressor's codec, then read from ``experiments/profiles/``)."""
     import workbench
     from workbench.perfmodel.profile import load_or_measure
-    from workbench.plan import _split_overrides
+    from workbench.plan import _split_overrides, profile_loops
     shared, _, _ = _split_overrides(list(overrides))
     cfg = workbench.compose(shared)
     comps = {c: workbench.compose([f"compressor={c}"]).compressor for c in available_compressors() if c != "none"}
-    from workbench.compress.profile import hook_loops, measure_codecs
-    from workbench.ps.profile import LOOPS
+    from workbench.compress.profile import measure_codecs
     return load_or_measure(cfg, ranks, comps, root=root or cfg.output_root, log=lambda s: None, codec_fn=measure_codecs,
-                           loop_fns={**LOOPS, **hook_loops(comps)})
+                           loop_fns=profile_loops(cfg, comps))
 
 
 def whatif_frame(profile: "Profile", gbps: Sequence[float], workers: Sequence[int], overrides: Sequence[str] = (),

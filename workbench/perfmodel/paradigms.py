@@ -267,10 +267,12 @@ def _dp(prof: Profile, cl: Cluster, compressor: Optional[str]) -> Prediction:
         exposed = sum(comm) + exposed_after_backward(bwd, _shares(wire, sent), numels)
     else:
         exposed = exposed_after_backward(bwd, comm, numels)
-    step = comp + exposed + sum(codec_s) + upd
+    book = prof.bookkeeping_s()
+    step = comp + exposed + sum(codec_s) + upd + book
     terms = {"compute": comp, "update": upd, "communication": sum(comm), "exposed_communication": exposed,
-             "ddp_overhead": overhead, "codec": sum(codec_s)}
-    kinds = {"compute": "compute", "update": "compute", "exposed_communication": "link", "codec": "host codec"}
+             "ddp_overhead": overhead, "codec": sum(codec_s), "bookkeeping": book}
+    kinds = {"compute": "compute", "update": "compute", "exposed_communication": "link", "codec": "host codec",
+             "bookkeeping": "compute"}
     return Prediction(step, p * prof.batch / step, by, _dominant(terms, kinds), terms)
 
 
@@ -434,16 +436,17 @@ def ps_sync(prof: Profile, cl: Cluster, servers: int = 1) -> Prediction:
         xfer = max(0.0, loop - prof.sync_compute_s(w) - apply)
     else:
         xfer = 2 * _ps_phase_s(prof, cl, w, servers, comp + apply)
-    step = comp + xfer + apply
-    terms = {"compute": comp, "push_pull": xfer, "server_apply": apply}
-    kinds = {"compute": "compute", "push_pull": "link", "server_apply": "server"}
+    book = prof.bookkeeping_s()
+    step = comp + xfer + apply + book
+    terms = {"compute": comp, "push_pull": xfer, "server_apply": apply, "bookkeeping": book}
+    kinds = {"compute": "compute", "push_pull": "link", "server_apply": "server", "bookkeeping": "compute"}
     if w > servers:  # incast: the servers' links, not the workers', carry the exchange
         kinds["push_pull"] = "server"
     return Prediction(step, w * prof.batch / step, _ps_bytes(prof, servers), _dominant(terms, kinds), terms)
 
 
 def _async(prof: Profile, cl: Cluster, workers: int, servers: int, per_exchange_steps: int, local_update: bool,
-           per_update: float, bytes_: Dict[str, Dict[str, float]]) -> Prediction:
+           per_update: float, bytes_: Dict[str, Dict[str, float]], book: float = 0.0) -> Prediction:
     """Asynchronous PS protocols as a closed queueing network: workers cycle through compute (and a
     local update), every ``per_exchange_steps`` steps an exchange with the servers. The servers are
     one FIFO queue: the real loop posts one receive at a time, and gloo moves a payload only into a
@@ -456,9 +459,11 @@ def _async(prof: Profile, cl: Cluster, workers: int, servers: int, per_exchange_
     and then the reply: docs/planner.md has the server's timeline that changed both.) Behind token
     buckets (``_ps_service_s``, ``_ps_exchange_s``) the small CNN's 605 KB exchanges at 1 Gbit/s
     mostly pass in the refilled burst: 2 workers cycled in 10.1 ms where 8/rate a byte said 14.3.
-    On loopback at the profiled ranks the callers pass the in-loop link (:func:`loop_link`)."""
+    On loopback at the profiled ranks the callers pass the in-loop link (:func:`loop_link`), and
+    ``book``, the training loop's own seconds a step (``Profile.bookkeeping_s``), which the PS loops
+    the in-loop link is fitted to do not run."""
     comps = _worker_compute(prof, cl, workers)
-    upd = prof.update_s() if local_update else 0.0
+    upd = (prof.update_s() if local_update else 0.0) + book
     local = min(per_exchange_steps * (c + upd) for c in comps)  # a worker's link idles at least this long
 
     def solve(server_idle: float):
@@ -485,9 +490,10 @@ def _async(prof: Profile, cl: Cluster, workers: int, servers: int, per_exchange_
     cyc = [t - service + r for t, r in zip(cycles, resid)]
     step = cyc[0] / per_exchange_steps  # worker 0's, what its meter records
     samples = sum(x) * per_exchange_steps * prof.batch
-    terms = {"compute": comps[0], "update": upd, "exchange": exch / per_exchange_steps,
-             "server_wait": (resid[0] - service) / per_exchange_steps}
-    kinds = {"compute": "compute", "update": "compute", "exchange": "link", "server_wait": "server"}
+    terms = {"compute": comps[0], "update": upd - book, "exchange": exch / per_exchange_steps,
+             "server_wait": (resid[0] - service) / per_exchange_steps, "bookkeeping": book}
+    kinds = {"compute": "compute", "update": "compute", "exchange": "link", "server_wait": "server",
+             "bookkeeping": "compute"}
     return Prediction(step, samples, bytes_, _dominant(terms, kinds), terms)
 
 
@@ -554,7 +560,7 @@ def ps_async(prof: Profile, cl: Cluster, servers: int = 1, c: int = 1) -> Predic
     if w < 1:
         raise ValueError(f"a parameter server with {servers} servers needs more than {servers} ranks, got {cl.ranks}")
     return _async(prof, loop_link(prof, cl, servers), w, servers, 1, False,
-                  prof.update_s() / (servers * max(1, c)), _ps_bytes(prof, servers))
+                  prof.update_s() / (servers * max(1, c)), _ps_bytes(prof, servers), prof.bookkeeping_s())
 
 
 def staleness(prof: Profile, cl: Cluster, servers: int = 1, n: int = 1, hardsync: bool = False) -> Prediction:
@@ -578,12 +584,14 @@ def easgd(prof: Profile, cl: Cluster, servers: int = 1, period: int = 4, sync: b
     by = _ps_bytes(prof, servers, push="param_push", every=period)
     elastic = prof.update_s() / servers  # x̃ += α(x_i − x̃): about one optimizer pass over the shard
     if not sync:
-        return _async(prof, loop_link(prof, cl, servers), w, servers, period, True, elastic, by)
+        return _async(prof, loop_link(prof, cl, servers), w, servers, period, True, elastic, by, prof.bookkeeping_s())
     comp = max(_worker_compute(prof, cl, w, lockstep=True))
     xfer = 2 * C.ps_transfer_time(prof.model_bytes, w, servers, cl.bandwidth, cl.latency)
-    step = comp + prof.update_s() + (xfer + elastic) / period
-    terms = {"compute": comp + prof.update_s(), "exchange": xfer / period, "server_apply": elastic / period}
-    kinds = {"compute": "compute", "exchange": "server" if w > servers else "link", "server_apply": "server"}
+    step = comp + prof.update_s() + prof.bookkeeping_s() + (xfer + elastic) / period
+    terms = {"compute": comp + prof.update_s(), "exchange": xfer / period, "server_apply": elastic / period,
+             "bookkeeping": prof.bookkeeping_s()}
+    kinds = {"compute": "compute", "exchange": "server" if w > servers else "link", "server_apply": "server",
+             "bookkeeping": "compute"}
     return Prediction(step, w * prof.batch / step, by, _dominant(terms, kinds), terms)
 
 
@@ -598,10 +606,11 @@ def bmuf(prof: Profile, cl: Cluster, block: int = 8) -> Prediction:
     ar = _collective_s(prof, cl, "allreduce", "float32", prof.model_bytes)
     if _timed_here(prof, cl):  # looked up, as in `_dp`: the shaper waits on top, once a block
         ar += shaper_delay_s(cl, C.allreduce_bytes(prof.model_bytes, p), block * (comp + upd) + ar)
-    step = comp + upd + (ar + upd) / block  # the block update touches every parameter about once
+    book = prof.bookkeeping_s()
+    step = comp + upd + book + (ar + upd) / block  # the block update touches every parameter about once
     n = C.allreduce_bytes(prof.model_bytes, p) / block
-    terms = {"compute": comp, "update": upd + upd / block, "allreduce": ar / block}
-    kinds = {"compute": "compute", "update": "compute", "allreduce": "link"}
+    terms = {"compute": comp, "update": upd + upd / block, "allreduce": ar / block, "bookkeeping": book}
+    kinds = {"compute": "compute", "update": "compute", "allreduce": "link", "bookkeeping": "compute"}
     return Prediction(step, p * prof.batch / step, {"allreduce": _cat(n, n)}, _dominant(terms, kinds), terms)
 
 
@@ -673,12 +682,14 @@ def stanza(prof: Profile, cl: Cluster, fc_workers: int = 1) -> Prediction:
         x = stanza_inputs(prof, loop_link(prof, cl))  # its activations and sub-group rings: this host's in-loop line
         t = st.breakdown(x, n_c, n_f)
     by = st.stanza_conv_worker_bytes(prof.params_conv, prof.boundary, x.b, n_c)
+    book = prof.bookkeeping_s()  # every rank's loop, CONV and FC alike, between its steps
+    step = t["step"] + book
     terms = {"conv_compute": t["conv_compute"], "fc_compute": t["fc_compute"] * t["pieces"],
              "transfer": 2 * t["transfer"] * t["pieces"], "allreduce": t["allreduce_conv"] + t["fc_exposed"],
-             "update": t["update_conv"]}
+             "update": t["update_conv"], "bookkeeping": book}
     kinds = {"conv_compute": "compute", "fc_compute": "compute", "update": "compute", "transfer": "link",
-             "allreduce": "link"}
-    return Prediction(t["step"], n_c * x.b / t["step"], by, _dominant(terms, kinds), terms)
+             "allreduce": "link", "bookkeeping": "compute"}
+    return Prediction(step, n_c * x.b / step, by, _dominant(terms, kinds), terms)
 
 
 # The step-time functions by name, for code that has only a name (the JSON of a plan).

@@ -329,6 +329,7 @@ class Trainer:
                 loss = self.train_step(x, y)
                 if self._stragglers:
                     self.straggle(time.perf_counter() - t_step)
+                busy = time.perf_counter() - t_step
                 step += 1
                 self._maybe_kill(step)
                 window = self.meter.pop()
@@ -345,7 +346,7 @@ class Trainer:
                         raise Diverged(f"loss is {loss_v} at step {step} (lr {lr:g}); lower optim.lr or add warm-up")
                     self.log.comm_step(step, window)
                     self.log.log({"kind": "train", "step": step, "epoch": epoch + 1, "time": now - start,
-                                  "loss": loss_v, "lr": lr, "step_time": dt, "samples_per_s": self.global_batch / dt,
+                                  "loss": loss_v, "lr": lr, "step_time": dt, "train_step_time": busy, "samples_per_s": self.global_batch / dt,
                                   "bytes_sent": sent, **extra, "comm": window})
                     if bar is not None:
                         bar.set_postfix(loss=f"{loss_v:.3f}", **({"acc": f"{last_eval['test_accuracy']:.3f}"} if last_eval else {}),
@@ -384,3 +385,51 @@ class Trainer:
             "bytes_by_category": self.meter.totals(),
             "restarts": restart_count(), "resumed_from_step": resumed["step"] if resumed else None,
         }
+
+
+# -- what the loop itself costs (the performance model's profile) -------------------------------------
+class _Bookkeeping(Trainer):
+    """:meth:`Trainer.run` with a step that does nothing: what the loop itself costs."""
+    name = "bookkeeping"
+
+    def setup(self) -> None:
+        self.model = None
+        self._w = torch.zeros(1, requires_grad=True)
+        self.optimizer = build_optimizer([self._w], self.cfg.optim)
+        self._loss = torch.zeros(())
+
+    def train_step(self, x, y):
+        return self._loss
+
+
+def bookkeeping_loop_s(cfg: DictConfig, model, step, meter: Meter, comm_device, make_optimizer, reps: int,
+                       **_) -> float:
+    """Seconds per step of :meth:`Trainer.run` around an empty step (the next batch of ``cfg``'s
+    data at its batch, the learning rate, the meter's window, the step's records into a scratch run
+    directory with TensorBoard on rank 0), on every rank of the profile's group at once; the
+    slowest rank's mean, since a synchronous step waits for it (``Profile.loops["bookkeeping"]``,
+    a loop fn of ``perfmodel.profile.measure``). Why: on 3 ranks and 2 cores it was 0.3–0.65 ms of
+    the small CNN's 5–28 ms steps, which no other part of the profile holds."""
+    import tempfile
+
+    import torch.distributed as dist
+    from omegaconf import OmegaConf, open_dict
+    c = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    world, rank = dist.get_world_size(), dist.get_rank()
+    with open_dict(c):
+        c.cluster.nproc, c.cluster.nnodes, c.cluster.straggler_ranks = world, 1, []
+        c.cluster.kill_rank = -1
+        c.trainer.max_steps, c.trainer.eval_every, c.trainer.progress = max(2, reps), 10 ** 9, False
+        c.checkpoint.every = 0
+    info = DistInfo(rank=rank, world_size=world, local_rank=rank, local_world_size=world, backend="gloo",
+                    device=torch.device("cpu"), threads=torch.get_num_threads())
+    with tempfile.TemporaryDirectory(prefix="workbench-bookkeeping-") as d:
+        log = RunLog(d, rank)
+        try:
+            summary = _Bookkeeping(c, info, meter, log).run()
+        finally:
+            log.close()
+    meter.pop()
+    t = torch.tensor([summary["train_time_s"] / max(1, summary["steps"])], dtype=torch.float64, device=comm_device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
