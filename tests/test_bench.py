@@ -198,3 +198,26 @@ def test_compression_suite_predicts_every_compressor(tmp_path):
     # --from-runs rebuilds the same table from the index, without new runs
     again = _suite(tmp_path, "compression", "--from-runs")
     assert [ln for ln in again.splitlines() if ln.startswith("| fp16")] == [ln for ln in out.splitlines() if ln.startswith("| fp16")]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_planner_suite_resumes_and_predicts_kept_rounds_again(tmp_path):
+    """Each (round, bandwidth) is stored with its profile once measured; ``--resume`` runs only what
+    is missing and scores the kept measurements with the model as it is now."""
+    def runs():
+        return sorted((tmp_path / "planner" / "runs").rglob("summary.json"))
+
+    def table():
+        return {r["paradigm"]: r for r in csv.DictReader(open(tmp_path / "planner-small_cnn" / "planner_N2.csv"))}
+    _suite(tmp_path, "planner", "--repeats", "2", "--resume")
+    first, measured = runs(), table()
+    assert len(first) == 2 * 3 and set(measured) == {"sync", "ps/sync", "ps/async"}  # 2 rounds x 3 paradigms
+    units = sorted((tmp_path / "planner" / "rounds").glob("*.json"))
+    assert [u.name for u in units] == [f"small_cnn-N2-b16-loopback-r{k}-sync_ps.json" for k in (1, 2)]
+    out = _suite(tmp_path, "planner", "--repeats", "2", "--resume")  # nothing missing: nothing runs
+    assert runs() == first and "2 of 2 (round, bandwidth) measurements were kept" in out
+    assert {k: r["measured ms"] for k, r in table().items()} == {k: r["measured ms"] for k, r in measured.items()}
+    units[1].unlink()  # round 2 cut off: only its runs again
+    out = _suite(tmp_path, "planner", "--repeats", "2", "--resume")
+    assert len(runs()) == len(first) + 3 and "1 of 2 (round, bandwidth) measurements were kept" in out

@@ -43,13 +43,14 @@ def test_unbalanced_allocation_waits_for_the_busiest_fc_worker():
 def test_latency_update_and_allreduce_bandwidth_terms():
     x = pm.StanzaInputs(t_c=1e-3, t_f=1e-4, a=100, p_c=1000, p_f=10000, b=10, beta=1e6,
                         alpha=1e-4, beta_allreduce=2e6, u=1e-7)
-    # D = 0.1 + 4 ms; conv all-reduce over 3: 4 messages of latency + 2*2/3*4000/2e6
-    assert pm.transfer_time(x) == pytest.approx(4.1e-3)
+    # D = 2 x 0.1 + 4 ms (activations and labels; gradients and loss back); conv all-reduce over 3:
+    # 4 messages of latency + 2*2/3*4000/2e6
+    assert pm.transfer_time(x) == pytest.approx(4.2e-3)
     assert pm.allreduce_time(4000, 3, x) == pytest.approx(4e-4 + 16e-3 / 6)
     assert pm.allreduce_time(4000, 1, x) == 0
     b = pm.breakdown(x, 3, 1)
     assert b["update_conv"] == pytest.approx(1e-4) and b["update_fc"] == pytest.approx(1e-3)
-    assert b["step"] == pytest.approx(2 * 4.1e-3 + 1e-3 + 2 * 4.1e-3 + 10e-3 + 4e-4 + 16e-3 / 6 + 1e-4)
+    assert b["step"] == pytest.approx(2 * 4.2e-3 + 1e-3 + 2 * 4.2e-3 + 10e-3 + 4e-4 + 16e-3 / 6 + 1e-4)
 
 
 def test_compute_time_depends_on_how_many_ranks_compute_at_once():

@@ -481,13 +481,19 @@ def verify(rows: List[dict], vs: Dict[int, List[Variant]], root: Path, log=print
         v = by_label[(r["workers"], r["paradigm"])]
         steps = verify_steps(r["predicted_step_s"])
         log(f"verify: {r['paradigm']} on {r['workers']} ranks, {r['bandwidth']}, {steps} steps ...")
-        m = verify_variant(v, root, steps=steps, bw=r["bandwidth"])
-        r.update(m)
-        if "measured_step_s" in m:
-            r["error"] = r["predicted_step_s"] / m["measured_step_s"] - 1
-            mb = m["measured_bytes_per_step"]
-            r["bytes_error"] = (r["predicted_bytes_per_step"] / mb - 1) if mb else (0.0 if not r["predicted_bytes_per_step"] else math.inf)
+        scored(r, verify_variant(v, root, steps=steps, bw=r["bandwidth"]))
     return rows
+
+
+def scored(row: dict, measured: dict) -> dict:
+    """``row`` (a prediction) with ``measured`` (what :func:`verify_variant` returned) and the
+    errors of its step time and bytes against them."""
+    row.update(measured)
+    if "measured_step_s" in measured:
+        row["error"] = row["predicted_step_s"] / measured["measured_step_s"] - 1
+        mb = measured["measured_bytes_per_step"]
+        row["bytes_error"] = (row["predicted_bytes_per_step"] / mb - 1) if mb else (0.0 if not row["predicted_bytes_per_step"] else math.inf)
+    return row
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
     python -m workbench.bench planner --models vgg16 --workers 4
     python -m workbench.bench planner --bandwidths loopback,emulated:50mbit,emulated:200mbit,emulated:1gbit --repeats 3 --write   # root
     python -m workbench.bench planner --tiny                         # CI smoke: small_cnn, 2 ranks, sync and ps
+    python -m workbench.bench planner --models small_cnn,resnet18 --bandwidths loopback,emulated:200mbit,emulated:1gbit,emulated:4gbit --repeats 3 --resume --write   # root; hours here: run it again until done
 
 For each model: ``python -m workbench.plan <model> --verify`` at each of ``--bandwidths`` (the
 profile, then every paradigm for 12 + 8 steps, ``workbench/plan.py``): ``loopback``, and
@@ -13,7 +14,16 @@ predicted vs measured bytes per worker per step (exact unless a row says otherwi
 ``--repeats R`` every run is repeated in R interleaved rounds, each after a fresh profile (the host's
 speed drifts within an hour); the row shows the median measured step, its min–max, the median
 prediction and the median of the rounds' errors (each round's prediction against its own runs). The notes give the error distribution (median and
-90th percentile of |error|). Step times depend on the machine and its load (quoted with the table);
+90th percentile of |error|).
+
+Each (round, bandwidth) is stored once measured, with its profile (``<out>/planner/rounds/``). With
+``--resume`` a command keeps the stored ones and runs only what is missing: a matrix longer than a
+sitting (ResNet-18 behind 200 Mbit/s links takes about 30 min a round on 2 cores) is finished by
+running the same command again, and a round cut off mid-way is measured again from its first
+missing bandwidth, after a fresh profile. Every stored round is predicted again from its own
+profile by the model as it is now, so a change to the model is scored against the same runs in
+seconds (``--resume`` with nothing missing runs nothing). The notes say how many were kept and when
+they were measured. Step times depend on the machine and its load (quoted with the table);
 bytes do not.
 """
 from __future__ import annotations
@@ -34,29 +44,50 @@ def main(argv=None) -> None:
     p.add_argument("--only", default="", help="paradigm labels or prefixes (default: every one)")
     p.add_argument("--bandwidths", default="loopback", help="loopback and/or emulated:<rate> (root), comma separated")
     p.add_argument("--repeats", type=int, default=1, help="interleaved rounds of every run; medians + spread")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the measurements of rounds already run with these arguments (<out>/planner/rounds/); "
+                        "run only what is missing, and predict every round again with the current model")
     a = p.parse_args(argv)
     if a.tiny:
         a.models, a.workers, a.only = "small_cnn", 2, "sync,ps"
     import copy
-    from workbench.plan import _plan_rows, check_verifiable, error_quantiles, parse_bandwidths, verify
+    from workbench.plan import _plan_rows, check_verifiable, error_quantiles, parse_bandwidths, scored, verify
     bandwidths = parse_bandwidths(a.bandwidths)
     check_verifiable(bandwidths)
     out = Path(a.out) / "planner"
     only = [o for o in a.only.split(",") if o]
     rows = []
     prof_by_model, cfg_by_model = {}, {}
+    kept: list = []  # (model, bandwidth, round, finished) of the measurements an earlier sitting made
     for model in a.models.split(","):
         ov = [f"model={model}", *report.data_overrides(model, a.batch), "cluster.timeout_s=600",
               f"output_root={out / 'runs'}"]
         # With rounds, each profiles anew before its runs, so that a row's error compares a prediction
         # and a measurement of the same minutes: this host's speed drifted by 20–50 % within an hour
-        # (a bare 3-rank DDP loop: 7.3–7.8 ms a step at 15:45, 9.1–11.5 ms at 16:38, docs/planner.md)
+        # (a bare 3-rank DDP loop: 7.3–7.8 ms a step at 15:45, 9.1–11.5 ms at 16:38, docs/planner.md).
+        # Each (round, bandwidth) is stored with its profile once measured, so an interrupted sitting
+        # resumes (--resume) and every stored one is predicted again by the model as it is now.
         rounds = []
-        for _ in range(a.repeats):
-            plan_rows, (vs, prof) = _plan_rows(ov, bandwidths, [a.workers], None, 1.0, "50us", only, str(out), print,
-                                               refresh=a.repeats > 1)
-            rounds.append(verify(copy.deepcopy(plan_rows), vs, out / "runs"))
-        prof_by_model[model], cfg_by_model[model] = prof, vs[a.workers][0].cfg  # the last round's, for crossovers
+        for k in range(1, a.repeats + 1):
+            round_rows, prof = [], None
+            for bw in bandwidths:
+                path = out / "rounds" / unit_name(model, a.workers, a.batch, bw, k, only)
+                unit = load_unit(path) if a.resume else None
+                if unit is not None:
+                    plan_rows, (vs, last) = _plan_rows(ov, [bw], [a.workers], unit["profile"], 1.0, "50us", only,
+                                                       str(out), print)
+                    round_rows += [scored(r, unit["measured"][r["paradigm"]]) for r in plan_rows
+                                   if r["paradigm"] in unit["measured"]]
+                    kept.append((model, bw, k, unit["finished"]))
+                    continue
+                plan_rows, (vs, prof) = _plan_rows(ov, [bw], [a.workers], prof, 1.0, "50us", only, str(out), print,
+                                                   refresh=prof is None and (a.repeats > 1 or a.resume))
+                last = prof
+                got = verify(copy.deepcopy(plan_rows), vs, out / "runs")
+                save_unit(path, prof, got)
+                round_rows += got
+            rounds.append(round_rows)
+        prof_by_model[model], cfg_by_model[model] = last, vs[a.workers][0].cfg  # the last round's, for crossovers
         for r in merged(rounds):
             row = {"model": model, "paradigm": r["paradigm"], "bandwidth": r["bandwidth"], "N": a.workers,
                    "predicted ms": 1e3 * r["predicted_step_s"], "measured ms": 1e3 * r["measured_step_s"] if "measured_step_s" in r else None,
@@ -80,6 +111,10 @@ def main(argv=None) -> None:
             # what the measurement itself resolves: a model cannot be shown closer than its target's spread
             notes += (f" The measurement's own spread, (max − min) / median of a row's {a.repeats} rounds: median "
                       f"{100 * statistics.median(noise):.0f} %, largest {100 * max(noise):.0f} %.")
+    if kept:
+        notes += (f" {len(kept)} of {a.repeats * len(bandwidths) * len(prof_by_model)} (round, bandwidth) measurements "
+                  f"were kept from earlier sittings (--resume; finished {min(u[3] for u in kept)} to "
+                  f"{max(u[3] for u in kept)}), predicted again from their own profiles.")
     cross = crossovers(rows, prof_by_model, cfg_by_model, a.workers)
     if cross:
         ok = [c for c in cross if c["_ratio"] is not None]
@@ -105,6 +140,41 @@ def main(argv=None) -> None:
                         cmd, tables, notes=notes, out_root=a.out,
                         benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
     print("\n" + "\n\n".join(x.markdown() for x in tables) + f"\n\n{notes}\n\nreport: {path / 'report.html'}")
+
+
+def unit_name(model: str, workers: int, batch: int, bandwidth: str, k: int, only: list) -> str:
+    """The file of one (round, bandwidth)'s measurements under ``<out>/planner/rounds/``."""
+    slug = lambda t: "".join(c if c.isalnum() else "_" for c in t)  # noqa: E731
+    return f"{model}-N{workers}-b{batch}-{slug(bandwidth)}-r{k}" + (f"-{slug(','.join(only))}" if only else "") + ".json"
+
+
+def save_unit(path: Path, prof, rows: list) -> None:
+    """One (round, bandwidth): its profile and what each run measured (``plan.verify_variant``'s
+    keys), written whole (``runstore.write_json``) so an interrupted sitting leaves none half."""
+    import datetime
+    import os
+
+    from workbench import runstore
+    measured = {r["paradigm"]: {k: v for k, v in r.items() if k.startswith("measured_") or k == "run_dir"}
+                for r in rows}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    runstore.write_json(path, {"profile": prof.to_json(), "measured": measured, "load": list(os.getloadavg()),
+                               "finished": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")})
+
+
+def load_unit(path: Path):
+    """A stored (round, bandwidth), its profile loaded; None if there is none, or if its profile is
+    of another version than this code measures (then it is measured again)."""
+    from workbench import runstore
+    from workbench.perfmodel.profile import PROFILE_VERSION, Profile
+    unit = runstore.read_json(path)
+    if unit is None:
+        return None
+    prof = Profile.from_json(unit["profile"])
+    if prof.version != PROFILE_VERSION:
+        print(f"{path.name}: profile version {prof.version}, this code measures {PROFILE_VERSION}: measuring it again")
+        return None
+    return {**unit, "profile": prof}
 
 
 def crossovers(rows: list, profs: dict, cfgs: dict, workers: int) -> list:

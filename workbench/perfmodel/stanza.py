@@ -92,9 +92,15 @@ def allreduce_time(nbytes: float, p: int, x: StanzaInputs) -> float:
     return C.allreduce_time(nbytes, p, x.beta_allreduce or x.beta, x.alpha)
 
 
+STANZA_MESSAGES = 2  # each way: the activations and the labels out, their gradients and the loss back
+
+
 def transfer_time(x: StanzaInputs) -> float:
-    """One CONV worker's boundary activations (or their gradients): D = alpha + s a b / beta."""
-    return C.p2p_time(x.s * x.a * x.b, x.beta, x.alpha)
+    """One CONV worker's boundary activations (or their gradients): D = 2 alpha + s a b / beta. The
+    schedule sends two messages each way (``trainer=stanza``'s ``_conv_step``); the labels' and the
+    loss's few bytes cost a latency each, as the parameter server's header does (``PS_MESSAGES``).
+    Until 2026-12-02 it charged one alpha."""
+    return (STANZA_MESSAGES - 1) * x.alpha + C.p2p_time(x.s * x.a * x.b, x.beta, x.alpha)
 
 
 def pieces_on_busiest_fc(n_c: int, n_f: int) -> int:

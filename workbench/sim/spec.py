@@ -145,9 +145,10 @@ def check(spec: SimSpec, max_wall_s: float = MAX_WALL_S) -> SimSpec:
 
 def from_profile(prof, workers: int, bandwidth: float, latency: float = 0.0, *, concurrency: int = 1,
                  **kw) -> SimSpec:
-    """A spec whose compute (per step, at ``concurrency`` ranks computing on one host), optimizer
-    cost and model size come from a calibrated profile (its ``speedup`` applied)."""
-    return SimSpec(workers=workers, compute_s=prof.compute_s(concurrency), model_bytes=prof.model_bytes,
+    """A spec whose compute (per step, at ``concurrency`` ranks computing on one host, and the
+    training loop's own bookkeeping, ``Profile.bookkeeping_s``), optimizer cost and model size come
+    from a calibrated profile (its ``speedup`` applied to the compute)."""
+    return SimSpec(workers=workers, compute_s=prof.compute_s(concurrency) + prof.bookkeeping_s(), model_bytes=prof.model_bytes,
                    bandwidth=bandwidth, latency=latency, update_s=prof.update_s(), batch=prof.batch, **kw)
 
 
