@@ -149,7 +149,13 @@ def test_synchronous_protocols_on_a_shared_host_wait_for_the_last_rank_asynchron
     assert P.sync(ddp, cl).step_s == pytest.approx(0.08 + 4e-3 + 2e-3 + U)
     assert P.compressed(ddp, cl, "powersgd").step_s == pytest.approx(P.compressed(prof, cl, "powersgd").step_s + 2e-3)
     assert P.bmuf(ddp, cl).step_s == P.bmuf(prof, cl).step_s
-    assert P.ddp_overhead_s(ddp, three) == 0.0 and P.ddp_overhead_s(dataclasses.replace(ddp, loops={"ddp": 0.01}), cl) == 0.0
+    assert P.ddp_overhead_s(ddp, three) == 0.0
+    # a loop shorter than the span and the all-reduce hid the all-reduce behind backward: the step
+    # is the loop, never less than the span
+    hid = dataclasses.replace(ddp, loops={"ddp": 0.08 + 1e-3})
+    assert P.ddp_overhead_s(hid, cl) == pytest.approx(-3e-3) and P.sync(hid, cl).step_s == pytest.approx(0.08 + 1e-3 + U)
+    short = dataclasses.replace(ddp, loops={"ddp": 0.01})
+    assert P.ddp_overhead_s(short, cl) == pytest.approx(-4e-3) and P.sync(short, cl).step_s == pytest.approx(0.08 + U)
     emulated = cluster_for(workbench.compose([]), ddp, 4, "emulated:1gbit", 5e-5)
     assert P.sync(ddp, emulated).step_s == P.sync(prof, emulated).step_s
     # a compressor's own loop (DDP with its hook), timed here: what it costs beyond the span, the
