@@ -58,7 +58,7 @@ def main(argv=None) -> None:
     only = [o for o in a.only.split(",") if o]
     rows = []
     prof_by_model, cfg_by_model = {}, {}
-    kept: list = []  # (model, bandwidth, round, finished) of the measurements an earlier sitting made
+    kept: list = []  # when each (round, bandwidth) measurement an earlier sitting made was finished
     for model in a.models.split(","):
         ov = [f"model={model}", *report.data_overrides(model, a.batch), "cluster.timeout_s=600",
               f"output_root={out / 'runs'}"]
@@ -78,7 +78,7 @@ def main(argv=None) -> None:
                                                        str(out), print)
                     round_rows += [scored(r, unit["measured"][r["paradigm"]]) for r in plan_rows
                                    if r["paradigm"] in unit["measured"]]
-                    kept.append((model, bw, k, unit["finished"]))
+                    kept.append(unit["finished"])
                     continue
                 plan_rows, (vs, prof) = _plan_rows(ov, [bw], [a.workers], prof, 1.0, "50us", only, str(out), print,
                                                    refresh=prof is None and (a.repeats > 1 or a.resume))
@@ -113,8 +113,7 @@ def main(argv=None) -> None:
                       f"{100 * statistics.median(noise):.0f} %, largest {100 * max(noise):.0f} %.")
     if kept:
         notes += (f" {len(kept)} of {a.repeats * len(bandwidths) * len(prof_by_model)} (round, bandwidth) measurements "
-                  f"were kept from earlier sittings (--resume; finished {min(u[3] for u in kept)} to "
-                  f"{max(u[3] for u in kept)}), predicted again from their own profiles.")
+                  f"were kept from earlier sittings (--resume; finished {min(kept)} to {max(kept)}), predicted again from their own profiles.")
     cross = crossovers(rows, prof_by_model, cfg_by_model, a.workers)
     if cross:
         ok = [c for c in cross if c["_ratio"] is not None]

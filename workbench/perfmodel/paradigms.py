@@ -231,8 +231,8 @@ def ddp_overhead_s(prof: Profile, cl: Cluster, compressor: Optional[str] = None)
     collectives timed in the loop and, with a compressor, its codec timed with every rank at once:
     the profile's loop of that step (``Profile.loops["ddp"]``, or ``["compressed/<c>"]``, DDP with
     the compressor's hook; a profile without it: DDP's, the codec aside) less those parts (below 0
-    where the loop overlapped them, at most all of them), on loopback at the profiled ranks; 0 elsewhere: on a link, at other rank counts, and behind the
-    emulated links, whose synchronous rows matched without it (small CNN ``sync`` −3 % to +1 %,
+    where the loop overlapped them, at most all of them), on loopback at the profiled ranks; 0
+    elsewhere: on a link, at other rank counts, and behind the emulated links, whose synchronous rows matched without it (small CNN ``sync`` −3 % to +1 %,
     BENCHMARKS.md)."""
     own = f"compressed/{compressor}" if compressor is not None else "ddp"
     name = own if own in prof.loops else "ddp"
@@ -587,13 +587,14 @@ def easgd(prof: Profile, cl: Cluster, servers: int = 1, period: int = 4, sync: b
         raise ValueError(f"EASGD with {servers} servers needs more than {servers} ranks, got {cl.ranks}")
     by = _ps_bytes(prof, servers, push="param_push", every=period)
     elastic = prof.update_s() / servers  # x̃ += α(x_i − x̃): about one optimizer pass over the shard
+    book = prof.bookkeeping_s()
     if not sync:
-        return _async(prof, loop_link(prof, cl, servers), w, servers, period, True, elastic, by, prof.bookkeeping_s())
+        return _async(prof, loop_link(prof, cl, servers), w, servers, period, True, elastic, by, book)
     comp = max(_worker_compute(prof, cl, w, lockstep=True))
     xfer = 2 * C.ps_transfer_time(prof.model_bytes, w, servers, cl.bandwidth, cl.latency)
-    step = comp + prof.update_s() + prof.bookkeeping_s() + (xfer + elastic) / period
+    step = comp + prof.update_s() + book + (xfer + elastic) / period
     terms = {"compute": comp + prof.update_s(), "exchange": xfer / period, "server_apply": elastic / period,
-             "bookkeeping": prof.bookkeeping_s()}
+             "bookkeeping": book}
     kinds = {"compute": "compute", "exchange": "server" if w > servers else "link", "server_apply": "server",
              "bookkeeping": "compute"}
     return Prediction(step, w * prof.batch / step, by, _dominant(terms, kinds), terms)

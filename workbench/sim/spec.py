@@ -148,8 +148,8 @@ def from_profile(prof, workers: int, bandwidth: float, latency: float = 0.0, *, 
     """A spec whose compute (per step, at ``concurrency`` ranks computing on one host, and the
     training loop's own bookkeeping, ``Profile.bookkeeping_s``), optimizer cost and model size come
     from a calibrated profile (its ``speedup`` applied to the compute)."""
-    return SimSpec(workers=workers, compute_s=prof.compute_s(concurrency) + prof.bookkeeping_s(), model_bytes=prof.model_bytes,
-                   bandwidth=bandwidth, latency=latency, update_s=prof.update_s(), batch=prof.batch, **kw)
+    return SimSpec(workers=workers, compute_s=prof.compute_s(concurrency) + prof.bookkeeping_s(),
+                   model_bytes=prof.model_bytes, bandwidth=bandwidth, latency=latency, update_s=prof.update_s(), batch=prof.batch, **kw)
 
 
 def with_(spec: SimSpec, **kw) -> SimSpec:

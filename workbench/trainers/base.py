@@ -346,7 +346,8 @@ class Trainer:
                         raise Diverged(f"loss is {loss_v} at step {step} (lr {lr:g}); lower optim.lr or add warm-up")
                     self.log.comm_step(step, window)
                     self.log.log({"kind": "train", "step": step, "epoch": epoch + 1, "time": now - start,
-                                  "loss": loss_v, "lr": lr, "step_time": dt, "train_step_time": busy, "samples_per_s": self.global_batch / dt,
+                                  "loss": loss_v, "lr": lr, "step_time": dt, "train_step_time": busy,
+                                  "samples_per_s": self.global_batch / dt,
                                   "bytes_sent": sent, **extra, "comm": window})
                     if bar is not None:
                         bar.set_postfix(loss=f"{loss_v:.3f}", **({"acc": f"{last_eval['test_accuracy']:.3f}"} if last_eval else {}),
