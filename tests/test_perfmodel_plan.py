@@ -459,11 +459,15 @@ def test_stanza_behind_token_buckets_hides_the_conv_rings_wait_behind_backward()
     assert host.latency == prof.alpha and host.shaper_rate == cl.shaper_rate
     x = P.stanza_inputs(prof, host)
     t = st.breakdown(x, 3, 1)
-    conv, bwd = t["conv_compute"], 0.75 * t["conv_compute"]
-    d = t["transfer"] + P.shaper_delay_s(cl, 4 * 50 * 10, conv)
-    assert d == t["transfer"]  # 2 KB of activations pass in the burst
-    fc_phase = 2 * d + t["fc_compute"] + 2 * max(d, t["fc_compute"])  # 3 CONV workers on one FC worker
-    wire = P.shaper_delay_s(cl, meter.allreduce_bytes(4 * pc, 3), fc_phase + 0.25 * conv)
+    conv, bwd, act = t["conv_compute"], 0.75 * t["conv_compute"], 4 * 50 * 10
+    R, B = cl.shaper_rate, cl.shaper_burst
+    assert 3 * act < B  # 2 KB of activations from each of 3 CONV workers pass in the burst, both ways
+    d, f = t["transfer"], t["fc_compute"]
+    fc_phase = d + f + max(3 * d, 2 * f + d)  # together in, then three gradients out one by one
+    ring = meter.allreduce_bytes(4 * pc, 3)
+    egress = P.shaper_delay_s(cl, ring, fc_phase + 0.25 * conv)  # idle since the activations left
+    ingress = max(0.0, ring - min(B, B - act + R * bwd / 2)) / R  # just carried the gradient
+    wire = max(egress, ingress)
     assert wire > bwd / 2  # the first bucket's wait outlasts the backward's second half
     exposed = max(bwd, bwd / 2 + wire / 2) + wire / 2 - bwd
     step = fc_phase + conv + t["allreduce_conv"] + exposed + t["update_conv"]
@@ -475,6 +479,38 @@ def test_stanza_behind_token_buckets_hides_the_conv_rings_wait_behind_backward()
     line = P.loop_link(looped, cluster_for(cfg, looped, 4, "loopback", 5e-5))
     assert line.latency > prof.alpha and P._host_line(looped, cl).latency == pytest.approx(line.latency)
     assert P._host_line(looped, cl).bandwidth == pytest.approx(line.bandwidth)
+
+
+def test_stanza_behind_token_buckets_shares_the_fc_workers_ingress_and_drains_the_rings():
+    """Each emulated link is shaped both ways. k CONV workers' activations share the FC worker's
+    one ingress, so they arrive together after k·A bytes; the last-served CONV worker's ingress has
+    just carried its gradient when its ring starts (the small CNN behind 50 Mbit/s: a CONV worker's
+    exchange took 26.5 ms and its ring 20 ms where one bucket per piece said 16 and 8)."""
+    import workbench
+    from workbench.plan import cluster_for
+    cl = cluster_for(workbench.compose([]), synthetic_profile(), 3, "emulated:50mbit", 5e-5)
+    R, B = cl.shaper_rate, cl.shaper_burst
+    assert 20_000 < B < 30_000  # 25 KB of frames, in payload bytes
+    assert P.shaper_after_s(cl, 75_000, 65_000) == pytest.approx(75_000 / R)  # a drained bucket
+    assert P.shaper_after_s(cl, 75_000, 5_000) == pytest.approx((75_000 - (B - 5_000)) / R)  # some burst left
+    assert P.shaper_after_s(cl, 75_000, 65_000, 1e-3) == pytest.approx((75_000 - R * 1e-3) / R)  # refilled 1 ms
+    assert P.shaper_after_s(cl, 75_000, 65_000, 1.0) == pytest.approx((75_000 - B) / R)  # at most the burst
+    pc, pf = 20_000, 130_000
+    prof = synthetic_profile(t_c=1e-4, params_conv=pc, params_fc=pf, boundary=1024,
+                             buckets=[{"numel": pc + pf, "shapes": []}])
+    host = P._host_line(prof, cl)
+    x = P.stanza_inputs(prof, host)
+    t = st.parts(x, 2, 1)
+    act, d, f, conv = 4 * 1024 * prof.batch, t["transfer"], t["fc_compute"], t["conv_compute"]
+    arrive = d + (2 * act - B) / R  # both pieces through one ingress: slower than either egress
+    assert arrive > d + P.shaper_delay_s(cl, act, conv)
+    fc_phase = arrive + f + max(2 * d + (2 * act - B) / R, f + d)
+    bwd = (1 - prof.fwd_share) * conv
+    ring = meter.allreduce_bytes(4 * pc, 2)
+    wire = max(ring - min(B, R * bwd), 0) / R  # the ingress drained by the gradient, refilled by backward
+    assert wire > P.shaper_delay_s(cl, ring, fc_phase)
+    step = fc_phase + conv + t["allreduce_conv"] + wire + t["update_conv"]
+    assert P.stanza(prof, cl, 1).step_s == pytest.approx(step + prof.bookkeeping_s())
 
 
 def test_speedup_divides_compute_only():

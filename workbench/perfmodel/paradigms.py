@@ -655,23 +655,56 @@ def _conv_bucket_numels(prof: Profile) -> List[float]:
     return numels or [prof.params_conv]
 
 
+def shaper_after_s(cl: Cluster, nbytes: float, before: float, gap: float = 0.0) -> float:
+    """Seconds a token bucket holds ``nbytes`` sent ``gap`` seconds after ``before`` bytes went the
+    same way from a full bucket: it holds what ``before`` left of the burst and what the gap
+    refilled (at most the burst), and passes the rest at the rate. A link's ingress that has just
+    carried a message has little burst left for the next one."""
+    if cl.shaper_rate <= 0:
+        return 0.0
+    left = max(0.0, cl.shaper_burst - before)
+    return max(0.0, nbytes - min(cl.shaper_burst, left + cl.shaper_rate * gap)) / cl.shaper_rate
+
+
 def _stanza_behind_shaper(prof: Profile, cl: Cluster, x: st.StanzaInputs, n_c: int, n_f: int) -> Dict[str, float]:
     """Stanza's schedule behind token buckets (the emulated links), as DDP's is in :func:`_dp`: every
-    transfer and ring pays this host's part in series (``x`` is on :func:`_host_line`), and the
-    bucket's wait (``shaper_delay_s``) for what it did not refill. The CONV group's DDP all-reduces its
-    buckets while the conv backward still runs, so the bucket's wait of that ring hides behind
-    the backward's remainder (``exposed_after_backward``); the host part, which takes the same
-    cores, does not. The activations (a few KB to MB) mostly pass in the burst."""
+    transfer and ring pays this host's part in series (``x`` is on :func:`_host_line`), and for what
+    a refilled burst does not cover, the slower of the two buckets it passes (each link is shaped
+    both ways, ``workbench/network/emulated.py``):
+
+    * in: the k CONV workers of the busiest FC worker send at once, each through its own egress
+      (refilled through the conv compute) but all through the FC worker's one ingress, which
+      shares its rate among them, so the k pieces arrive together after k·A bytes, not one A
+      apart (the pipeline of :func:`perfmodel.stanza.fc_phase_s` assumed the latter);
+    * out: the FC worker sends the k gradients one after another through its egress, full after
+      a step's silence, while it computes the next piece;
+    * the CONV ring: the last-served CONV worker's ingress has just carried its gradient, so the
+      ring's bytes find that bucket drained but for what the backward refilled before the first
+      bucket's ring (``shaper_after_s``), its egress idle since the activations;
+    * the FC ring (n_f > 1) starts as the last gradient has left: its egress drained, its ingress
+      refilled through the gradients' way out.
+
+    DDP rings the CONV group's buckets while the conv backward still runs, so the ring's wait hides
+    behind the backward's remainder (``exposed_after_backward``); the host part, which takes the
+    same cores, does not.
+
+    Measured on the small CNN behind 50 Mbit/s links (n_f = 1, 2 CONV workers), a CONV worker's
+    exchange took 26.5 ms and its ring 20 ms where the one-bucket pipeline said 16 and 8."""
     t = st.parts(x, n_c, n_f)
-    conv = t["conv_compute"]
-    t["transfer"] += shaper_delay_s(cl, x.s * x.a * x.b, conv)  # the link idled through the conv compute
-    fc_phase = st.fc_phase_s(t["transfer"], t["fc_compute"], t["pieces"])
+    conv, k, d_host, f = t["conv_compute"], t["pieces"], t["transfer"], t["fc_compute"]
+    act = x.s * x.a * x.b
+    arrive = d_host + max(shaper_delay_s(cl, act, conv), shaper_delay_s(cl, k * act, math.inf))
+    leave = k * d_host + shaper_delay_s(cl, k * act, math.inf)
+    fc_phase = arrive + f + max(leave, (k - 1) * f + d_host)
     ring_c, ring_f = C.allreduce_bytes(x.s * x.p_c, n_c), C.allreduce_bytes(x.s * x.p_f, n_f)
-    wire = shaper_delay_s(cl, ring_c, fc_phase + prof.fwd_share * conv)
-    numels = _conv_bucket_numels(prof)
-    t["allreduce_conv"] += exposed_after_backward((1 - prof.fwd_share) * conv, _shares(wire, numels), numels)
-    t["allreduce_fc"] += shaper_delay_s(cl, ring_f, conv)
-    return st.assemble(t)
+    numels, bwd = _conv_bucket_numels(prof), (1 - prof.fwd_share) * conv
+    first = bwd * numels[0] / (float(sum(numels)) or 1.0)  # the first bucket's ring starts then
+    wire = max(shaper_delay_s(cl, ring_c, fc_phase + prof.fwd_share * conv), shaper_after_s(cl, ring_c, act, first))
+    t["allreduce_conv"] += exposed_after_backward(bwd, _shares(wire, numels), numels)
+    # the FC ring starts as the last gradient has left: its egress drained, its ingress refilled since
+    t["allreduce_fc"] += max(shaper_after_s(cl, ring_f, k * act), shaper_delay_s(cl, ring_f, fc_phase - arrive))
+    t["transfer"] = (fc_phase - k * f) / (2 * k)  # each way's mean, for the bottleneck's terms
+    return st.assemble(t, fc_phase)
 
 
 def stanza(prof: Profile, cl: Cluster, fc_workers: int = 1) -> Prediction:

@@ -143,10 +143,12 @@ def fc_phase_s(transfer: float, fc_compute: float, pieces: int) -> float:
     return 2 * transfer + fc_compute + (pieces - 1) * max(transfer, fc_compute)
 
 
-def assemble(t: Dict[str, float]) -> Dict[str, float]:
-    """The step from :func:`parts`: the FC phase, then the CONV workers' backward, ring and update
-    beside the FC workers' ring and update; whichever ends last ends the step."""
-    fc_phase = fc_phase_s(t["transfer"], t["fc_compute"], t["pieces"])
+def assemble(t: Dict[str, float], fc_phase: Optional[float] = None) -> Dict[str, float]:
+    """The step from :func:`parts`: the FC phase (:func:`fc_phase_s` unless a network that orders
+    the pieces otherwise gives its own), then the CONV workers' backward, ring and update beside the
+    FC workers' ring and update; whichever ends last ends the step."""
+    if fc_phase is None:
+        fc_phase = fc_phase_s(t["transfer"], t["fc_compute"], t["pieces"])
     conv_window = t["conv_compute"] + t["allreduce_conv"] + t["update_conv"]
     fc_tail = t["allreduce_fc"] + t["update_fc"]
     return {**t, "fc_phase": fc_phase, "fc_exposed": max(0.0, fc_tail - conv_window),
