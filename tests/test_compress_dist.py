@@ -260,15 +260,13 @@ def test_compressed_none_run_equals_sync_run(run_overrides):
 
 def test_powersgd_run_records_compression_metrics(run_overrides):
     run = launch_run(run_overrides + ["cluster.nproc=2", "trainer=compressed", "compressor=powersgd", "compressor.rank=2",
-                                      "compressor.start_iter=2", "trainer.max_steps=5", "trainer.calibrate_steps=1",
-                                      "trainer.calibrate_sizes_kb=[4]", "data.batch_size=8"])
+                                      "compressor.start_iter=2", "trainer.max_steps=5", "data.batch_size=8"])
     m = run.metrics()
     train = m[m.kind == "train"].reset_index()
     assert (train.compression_ratio[:2] == 1.0).all() and (train.compression_ratio[2:] > 3).all()
     assert (train.encode_ms[2:] > 0).all() and (train["bytes.compressed"][2:] > 0).all()
     s = run.summary["compression"]
-    assert s["buckets"] and s["buckets"][0]["steps"] == 3 and s["calibration"]["backward_compute_s"] > 0
-    assert {c["collective"] for c in s["calibration"]["collectives"]} == {"allreduce", "allgather"}
+    assert s["buckets"] and s["buckets"][0]["steps"] == 3 and s["world"] == 2
 
 
 @pytest.mark.slow

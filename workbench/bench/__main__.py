@@ -4,7 +4,7 @@
     python -m workbench.bench bytes --write             # bytes per worker per step, every paradigm, measured vs analytic
     python -m workbench.bench staleness --write         # time to 90 % on the digits: sync, hardsync, n-softsync, async
     python -m workbench.bench stanza --write            # Stanza allocation sweep: predicted vs measured throughput
-    python -m workbench.bench compression --write      # every compressor vs compressor=none, and the utility model
+    python -m workbench.bench compression --write      # every compressor vs compressor=none, and the planner's model
     python -m workbench.bench bandwidth --write         # emulated bandwidth sweep (needs root): where each paradigm wins
     python -m workbench.bench planner --write           # workbench.plan --verify: predicted vs measured, every paradigm
     python -m workbench.bench <suite> --help            # a suite's own options; --tiny: the CI smoke version

@@ -1,5 +1,5 @@
 """Suite ``compression``: every compressor side by side with ``compressor=none`` on one model, and
-the compression-utility model's predicted vs measured iteration time.
+the planner's predicted vs measured step time.
 
     python -m workbench.bench compression --write                      # ResNet-18 and VGG-16, CIFAR size, 4 processes (~40 min)
     python -m workbench.bench compression --models resnet18 --write    # ResNet-18 only (~8 min)
@@ -12,20 +12,20 @@ the compression-utility model's predicted vs measured iteration time.
 Each compressor is one ``trainer=compressed`` run of ``--steps`` steps (batch 16 per rank,
 CIFAR-size synthetic data; the digits for small_cnn/lenet5); the first 3 steps are warm-up and left
 out (PowerSGD compresses from step 2, ``compressor.start_iter=2``); figures are rank 0's medians over
-the rest. The ``compressor=none`` run also calibrates (``trainer.calibrate_steps=3``: backward
-without communication; all-reduce and all-gather timed at 4 KiB, 1 MiB, 8 MiB; 16-bit all-reduces at
-8 MiB of float32 elements), and ``workbench.perfmodel.compression`` predicts every compressor's step
-from that calibration plus the compressor's own payload sizes and encode/decode time.
+the rest. Before each round's runs the round is profiled (:mod:`workbench.perfmodel.profile`, the one
+profiler, with the codecs and hook loops of exactly these compressor settings; kept as
+``<out>/compression-<model>-<N>p/profile-r<k>.json``), and the planner's model
+(:func:`workbench.perfmodel.paradigms.compressed`, what ``python -m workbench.plan`` ranks) predicts
+each run of that round on loopback.
 
 Columns: ratio = dense / payload bytes per step; payload = what rank 0 put into collectives; sent =
 what the meter counts rank 0 sending (all-reduce 2(p−1)/p·n, all-gather (p−1)·n); enc+dec = encode +
 decode per step; step = measured step; vs none = samples/s relative to ``compressor=none``;
-predicted = the model's step (Agarwal et al.'s form), error = predicted / measured − 1; hook-overlap
-= the same model with our hook's overlap of encoding and backward (``iteration_time(..., hook=True)``);
-crossover = the bandwidth below which the (paper-form) model says the compressor beats
-``compressor=none`` on this cluster (— never, ∞ always).
-``--from-runs`` rebuilds the tables from ``<out>/compression-<model>-<N>p/index.json``, e.g. after
-a change to the model.
+predicted = the planner's step (the median over the rounds, each from its own profile), error =
+predicted / measured − 1 (the median of the rounds' errors); crossover = the link rate below which
+the model says the compressor beats ``sync`` with one rank per host (— never, ∞ always).
+``--from-runs`` rebuilds the tables from ``<out>/compression-<model>-<N>p/index.json`` and the
+rounds' stored profiles, e.g. after a change to the model.
 """
 from __future__ import annotations
 
@@ -38,13 +38,14 @@ import workbench
 from workbench.bench import report
 from workbench.compress import COMPRESSORS
 from workbench.config import validate
+from workbench.perfmodel.profile import Profile
 
 # Every registered compressor, the uncompressed baseline first; each runs with its bench_overrides
 # (PowerSGD compresses from step 2, so that the profile, from step profile_skip on, sees only
 # compressed steps; the sparsifiers keep 1 %).
 ALL = ["none"] + [c for c in COMPRESSORS if c != "none"]
 COLS = ["compressor", "collective", "ratio", "payload KiB/step", "sent KiB/step", "enc+dec ms", "step ms",
-        "vs none", "predicted ms", "error", "hook-overlap ms", "error (hook)", "crossover Gbps", "status"]
+        "vs none", "predicted ms", "error", "crossover Gbps", "status"]
 
 
 def configs(model: str, nproc: int, steps: int, compressors, overrides, output_root: Path) -> dict:
@@ -52,9 +53,29 @@ def configs(model: str, nproc: int, steps: int, compressors, overrides, output_r
             f"trainer.max_steps={steps}", "trainer.profile_skip=3", "trainer.eval_every=100000",
             "trainer.progress=false", "cluster.timeout_s=900", "optim.lr=0.01", f"output_root={output_root}",
             "name=${compressor.name}_${model.name}_${data.name}"]
-    return {name: workbench.compose(base + [f"compressor={name}", *COMPRESSORS[name].bench_overrides, *overrides]
-                                    + (["trainer.calibrate_steps=3"] if name == "none" else []))
+    return {name: workbench.compose(base + [f"compressor={name}", *COMPRESSORS[name].bench_overrides, *overrides])
             for name in compressors}
+
+
+def profiled(cfgs: dict, nproc: int, path: Path):
+    """This host's profile for the suite's runs, measured now (the planner's profiler, with the codecs
+    and hook loops of exactly these compressor settings, ``none`` included) and kept at ``path``."""
+    from workbench.compress.profile import measure_codecs
+    from workbench.perfmodel.profile import measure
+    from workbench.plan import profile_loops
+    comps = {n: c.compressor for n, c in cfgs.items()}
+    print(f"profiling {cfgs['none'].model.name} with {nproc} ranks ...", flush=True)
+    prof = measure(cfgs["none"], nproc, comps, codec_fn=measure_codecs, loop_fns=profile_loops(cfgs["none"], comps))
+    prof.save(path)
+    return prof
+
+
+def predictions(prof, cfgs: dict, nproc: int) -> dict:
+    """The planner's row (``plan.predict_rows``) of each run on loopback, by compressor."""
+    from workbench.plan import LOOPBACK, Variant, predict_rows
+    from workbench.trainers import TRAINERS
+    vs = [Variant("compressed", [], cfg, name, *TRAINERS["compressed"].perf_model(cfg)) for name, cfg in cfgs.items()]
+    return {r["paradigm"]: r for r in predict_rows(prof, {nproc: vs}, [LOOPBACK], 5e-5)}
 
 
 def _completed(run) -> bool:
@@ -67,24 +88,24 @@ def _median_cross(values):
     return order[len(order) // 2] if order else None
 
 
-def rows_of(runs: dict) -> tuple:
-    """The table rows from ``{compressor: [run of round 1, round 2, ...]}``, and the calibration as
-    one line (``None`` without a completed baseline). Each round is predicted from its own baseline;
-    a row shows the median over rounds of the measured and the predicted step, and the spread of
-    the rounds' measured steps."""
-    from workbench.perfmodel.compression import GBPS, calibrate, predict
-    rounds = max(len(v) for v in runs.values())
-    preds = []  # per round: {compressor: predict() row}
-    for i in range(rounds):
-        got = {n: v[i] for n, v in runs.items() if i < len(v) and _completed(v[i])}
-        preds.append({r["compressor"]: r for r in predict(got["none"], list(got.values()))} if "none" in got else {})
+def rows_of(runs: dict, profiles: list, cfgs: dict) -> list:
+    """The table rows from ``{compressor: [run of round 1, round 2, ...]}`` and each round's profile.
+    Each round is predicted from its own profile; a row shows the median over rounds of the measured
+    and the predicted step, the median of the rounds' errors, and the spread of the rounds' measured
+    steps."""
     med = statistics.median
+    rounds = max(len(v) for v in runs.values())
+    nproc = next(iter(cfgs.values())).cluster.nproc
+    preds = [predictions(p, cfgs, nproc) if p is not None else {} for p in profiles]
 
     def steady(run):
         return [r for r in run.records() if r.get("kind") == "train" and r["step"] > run.summary["compression"]["profile_skip"]]
 
+    def step_s(run):
+        return med(r["step_time"] for r in steady(run))
+
     # the measured step: median over rounds of each round's median (what each round's prediction is for)
-    step_ms = {n: med(med(r["step_time"] for r in steady(run)) * 1e3 for run in v if _completed(run))
+    step_ms = {n: med(step_s(run) * 1e3 for run in v if _completed(run))
                for n, v in runs.items() if any(_completed(run) for run in v)}
     t_none = step_ms.get("none")
     rows = []
@@ -102,30 +123,19 @@ def rows_of(runs: dict) -> tuple:
                "payload KiB/step": round(payload / 1024), "sent KiB/step": round(med(r["bytes_sent"] for r in steady(done[0])) / 1024),
                "enc+dec ms": round(1e3 * enc, 1), "step ms": round(step), "vs none": round(t_none / step, 2) if t_none else None,
                "status": "completed" if len(done) == len(v) else f"{len(done)} of {len(v)} completed"}
-        if rounds > 1:
-            per = [p[name]["measured_ms"] for p in preds if name in p]
-            row["spread"] = f"{100 * (max(per) - min(per)) / step:.0f} %" if per else None
-        ps = [p[name] for p in preds if name in p]
-        if ps:
-            pred, hook = med(p["predicted_ms"] for p in ps), med(p["predicted_hook_ms"] for p in ps)
-            cross = _median_cross([p["crossover_gbps"] for p in ps])
-            row.update({"predicted ms": round(pred), "error": f"{100 * (pred / step - 1):+.0f} %",
-                        "hook-overlap ms": round(hook), "error (hook)": f"{100 * (hook / step - 1):+.0f} %",
-                        "crossover Gbps": "—" if cross is None else "∞" if math.isinf(cross) else f"{cross:.3g}"})
+        pairs = [(preds[i][name], step_s(run)) for i, run in enumerate(v)
+                 if i < len(preds) and name in preds[i] and _completed(run)]
+        if rounds > 1 and pairs:
+            per = [1e3 * m for _, m in pairs]
+            row["spread"] = f"{100 * (max(per) - min(per)) / step:.0f} %"
+        if pairs:
+            cross = _median_cross([p["crossover_bps"] for p, _ in pairs]) if name != "none" else None
+            row.update({"predicted ms": round(med(1e3 * p["predicted_step_s"] for p, _ in pairs)),
+                        "error": f"{100 * med(p['predicted_step_s'] / m - 1 for p, m in pairs):+.0f} %",
+                        "crossover Gbps": "" if name == "none" else "—" if cross is None
+                        else "∞" if math.isinf(cross) else f"{cross / 1e9:.3g}"})
         rows.append(row)
-    cal = None
-    bases = [run for run in runs.get("none", []) if _completed(run)]
-    if bases:
-        work, net = calibrate(bases[0])
-        bw_ag, lat_ag = net.of("allgather")
-        extra = ", ".join(f"{d} +{1e9 * x:.2f} ns/B" for d, x in sorted(net.allreduce_extra.items()))
-        cal = (f"Calibration (compressor=none{', round 1' if rounds > 1 else ''}): T_comp {1e3 * work.backward_s:.0f} ms, "
-               f"T_other {1e3 * work.other_s:.0f} ms, "
-               f"λ {work.overlap:.2f}, {len(work.bucket_bytes)} buckets, {sum(work.bucket_bytes) / 2**20:.1f} MiB, "
-               f"p = {work.workers}; all-reduce {net.bandwidth / GBPS:.2f} Gbps, α {1e6 * net.latency:.0f} µs"
-               + (f" (16-bit sums: {extra})" if extra else "")
-               + f"; all-gather {bw_ag / GBPS:.2f} Gbps, α {1e6 * lat_ag:.0f} µs.")
-    return rows, cal
+    return rows
 
 
 def figure(rows, model):
@@ -134,8 +144,7 @@ def figure(rows, model):
     fig = go.Figure()
     fig.add_bar(name="measured", x=[r["compressor"] for r in ok], y=[r["step ms"] for r in ok])
     fig.add_bar(name="predicted", x=[r["compressor"] for r in ok], y=[r["predicted ms"] for r in ok])
-    fig.add_bar(name="predicted (hook overlap)", x=[r["compressor"] for r in ok], y=[r["hook-overlap ms"] for r in ok])
-    fig.update_layout(title=f"Compressed SGD, {model}: step time measured vs the utility model",
+    fig.update_layout(title=f"Compressed SGD, {model}: step time measured vs the planner's model",
                       yaxis_title="ms per step", barmode="group")
     return fig
 
@@ -163,8 +172,8 @@ def main(argv=None) -> None:
     plan = {}
     for model in a.models.split(","):
         out = Path(a.out) / f"compression-{model}-{a.nproc}p"
-        plan[model] = (out, None if a.from_runs else configs(model, a.nproc, a.steps, names, a.overrides, out))
-        for cfg in (plan[model][1] or {}).values():
+        plan[model] = (out, configs(model, a.nproc, a.steps, names, a.overrides, out))
+        for cfg in plan[model][1].values():
             validate(cfg)  # every run's config, before the first one starts
     from workbench.runs import Run
     for model, (out, cfgs) in plan.items():
@@ -174,30 +183,42 @@ def main(argv=None) -> None:
                 raise SystemExit(f"error: --from-runs: no {index}; run the suite for {model} first")
             saved = json.loads(index.read_text())
             runs = {n: [Run(x) for x in ([d] if isinstance(d, str) else d)] for n, d in saved["runs"].items()}
+            cfgs = {n: c for n, c in cfgs.items() if n in runs}
             command = saved["command"]
+            if not saved.get("profiles"):
+                raise SystemExit(f"error: --from-runs: {index} holds runs from before the suite profiled its rounds; "
+                                 f"run the suite for {model} again")
+            profiles = [Profile.load(x) for x in saved["profiles"]]
         else:
             runs, command = {n: [] for n in cfgs}, ("python -m workbench.bench compression " + " ".join(argv)).strip()
+            profiles = []
+            out.mkdir(parents=True, exist_ok=True)
             for i in range(a.repeats):
+                # each round after its own profile: this host's speed drifts within the hour, and a
+                # prediction is compared with the runs of the same minutes (as the planner suite does)
+                profiles.append(profiled(cfgs, a.nproc, out / f"profile-r{i + 1}.json"))
                 for name, cfg in cfgs.items():
                     print(f"{model}: {name}" + (f" (round {i + 1} of {a.repeats})" if a.repeats > 1 else "") + " ...",
                           flush=True)
                     runs[name].append(workbench.launch(cfg, progress=False, check=False))
-                    out.mkdir(parents=True, exist_ok=True)
-                    index.write_text(json.dumps({"command": command, "runs": {
+                    index.write_text(json.dumps({"command": command, "profiles": [
+                        str(out / f"profile-r{k + 1}.json") for k in range(len(profiles))], "runs": {
                         n: [str(r.path) for r in v] for n, v in runs.items() if v}}, indent=2))
-        rows, cal = rows_of(runs)
+        rows = rows_of(runs, profiles, cfgs)
         rounds = max(len(v) for v in runs.values())
         cols = COLS if rounds == 1 else COLS[:7] + ["spread"] + COLS[7:]
         t = report.Table(f"compression_{model}_{a.nproc}", f"{model}, {a.nproc} processes, batch 16 per rank, "
                          f"{a.steps} steps per compressor (medians after 3 warm-up steps)"
                          + (f", {rounds} interleaved rounds (spread: max − min of the rounds' medians)" if rounds > 1 else ""),
                          rows, cols)
-        base = lambda r: r.get("compressor") == "none"  # the calibration row is exact by construction
-        fit = f"Model vs measured: {report.within(rows, 'error', skip=base)}; {report.within(rows, 'error (hook)', skip=base)}."
+        prof = profiles[0] if profiles else None
+        notes = (f"Model vs measured: {report.within(rows, 'error')}. The model is the planner's "
+                 f"(docs/planner.md), from a profile per round"
+                 + (f" (round 1's measured {prof.machine.get('measured_at')}, load average "
+                    f"{prof.machine.get('load_average')})" if prof is not None else "") + ".")
         path = report.write(out.name, f"compression: {model}, N={a.nproc}", command, [t], [figure(rows, model)],
-                            notes=f"{fit}\n\n" + (cal or "No calibration: the compressor=none run did not complete."),
-                            out_root=a.out, benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
-        print(f"\n{t.markdown()}\n\n{cal or ''}\nreport: {path / 'report.html'}", flush=True)
+                            notes=notes, out_root=a.out, benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
+        print(f"\n{t.markdown()}\n\n{notes}\nreport: {path / 'report.html'}", flush=True)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
     python -m workbench.bench planner --models vgg16 --workers 4
     python -m workbench.bench planner --bandwidths loopback,emulated:50mbit,emulated:200mbit,emulated:1gbit --repeats 3 --write   # root
     python -m workbench.bench planner --tiny                         # CI smoke: small_cnn, 2 ranks, sync and ps
-    python -m workbench.bench planner --models small_cnn,resnet18 --bandwidths loopback,emulated:200mbit,emulated:1gbit,emulated:4gbit --repeats 3 --resume --write   # root; hours here: run it again until done
+    python -m workbench.bench planner --models small_cnn,resnet18 --bandwidths loopback,emulated:200mbit,emulated:1gbit,emulated:4gbit --repeats 3 --resume --rounds experiments/planner-rounds --stop-after 100 --write   # root; hours here: run it again until done
 
 For each model: ``python -m workbench.plan <model> --verify`` at each of ``--bandwidths`` (the
 profile, then every paradigm for 12 + 8 steps, ``workbench/plan.py``): ``loopback``, and
@@ -16,15 +16,19 @@ speed drifts within an hour); the row shows the median measured step, its min–
 prediction and the median of the rounds' errors (each round's prediction against its own runs). The notes give the error distribution (median and
 90th percentile of |error|).
 
-Each (round, bandwidth) is stored once measured, with its profile (``<out>/planner/rounds/``). With
-``--resume`` a command keeps the stored ones and runs only what is missing: a matrix longer than a
-sitting (ResNet-18 behind 200 Mbit/s links takes about 30 min a round on 2 cores) is finished by
-running the same command again, and a round cut off mid-way is measured again from its first
-missing bandwidth, after a fresh profile. Every stored round is predicted again from its own
-profile by the model as it is now, so a change to the model is scored against the same runs in
-seconds (``--resume`` with nothing missing runs nothing). The notes say how many were kept and when
-they were measured. Step times depend on the machine and its load (quoted with the table);
-bytes do not.
+Each (round, bandwidth) is stored once measured, with its profile (``--rounds``, by default
+``<out>/planner/rounds/``). With ``--resume`` a command keeps the stored ones and runs only what is
+missing: a matrix longer than a sitting (ResNet-18 behind 200 Mbit/s links takes about 30 min a
+round on 2 cores) is finished by running the same command again, and a round cut off mid-way is
+measured again from its first missing bandwidth, after a fresh profile. ``--stop-after MINUTES``
+starts nothing after that long, so a sitting ends with whole measurements and a table of them (the
+notes say how many are missing). ``--rounds experiments/planner-rounds`` is the directory git
+keeps: a matrix is finished on another day, or another machine, by the same command. Every stored
+round is predicted again from its own profile by the model as it is now, so a change to the model
+is scored against the same runs in seconds (``--resume`` with nothing missing runs nothing), and a
+round from another machine is scored against its own host; the crossovers are compared round by
+round for the same reason. The notes say how many were kept and when they were measured. Step
+times depend on the machine and its load (quoted with the table); bytes do not.
 """
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ from pathlib import Path
 from workbench.bench import report
 
 MODELS = ("small_cnn", "resnet18")
+COMMITTED = "experiments/planner-rounds"  # the rounds' directory git keeps (.gitignore)
 
 
 def main(argv=None) -> None:
@@ -45,9 +50,17 @@ def main(argv=None) -> None:
     p.add_argument("--bandwidths", default="loopback", help="loopback and/or emulated:<rate> (root), comma separated")
     p.add_argument("--repeats", type=int, default=1, help="interleaved rounds of every run; medians + spread")
     p.add_argument("--resume", action="store_true",
-                   help="keep the measurements of rounds already run with these arguments (<out>/planner/rounds/); "
+                   help="keep the measurements of rounds already run with these arguments (--rounds); "
                         "run only what is missing, and predict every round again with the current model")
+    p.add_argument("--rounds", default=None,
+                   help="where each (round, bandwidth) is stored (default <out>/planner/rounds; "
+                        f"{COMMITTED} is kept in git, so a matrix can be finished on another day and machine)")
+    p.add_argument("--stop-after", type=float, default=None, metavar="MINUTES",
+                   help="start no (round, bandwidth) once this many minutes have passed since the first began; the "
+                        "table has what is measured, the notes say what is missing (run the same command again)")
     a = p.parse_args(argv)
+    if a.stop_after is not None and a.stop_after <= 0:
+        raise SystemExit(f"error: invalid value {a.stop_after!r} for --stop-after: must be > 0 minutes")
     if a.tiny:
         a.models, a.workers, a.only = "small_cnn", 2, "sync,ps"
     import copy
@@ -55,9 +68,13 @@ def main(argv=None) -> None:
     bandwidths = parse_bandwidths(a.bandwidths)
     check_verifiable(bandwidths)
     out = Path(a.out) / "planner"
+    store = Path(a.rounds) if a.rounds else out / "rounds"
+    import time
+    started = None  # when this sitting's first measurement began: --stop-after counts from it
     only = [o for o in a.only.split(",") if o]
     rows = []
-    prof_by_model, cfg_by_model = {}, {}
+    rounds_by_model, cfg_by_model = {}, {}
+    missing = 0  # (round, bandwidth)s --stop-after left for another sitting
     kept: list = []  # when each (round, bandwidth) measurement an earlier sitting made was finished
     for model in a.models.split(","):
         ov = [f"model={model}", *report.data_overrides(model, a.batch), "cluster.timeout_s=600",
@@ -71,24 +88,30 @@ def main(argv=None) -> None:
         for k in range(1, a.repeats + 1):
             round_rows, prof = [], None
             for bw in bandwidths:
-                path = out / "rounds" / unit_name(model, a.workers, a.batch, bw, k, only)
+                path = store / unit_name(model, a.workers, a.batch, bw, k, only)
                 unit = load_unit(path) if a.resume else None
                 if unit is not None:
-                    plan_rows, (vs, last) = _plan_rows(ov, [bw], [a.workers], unit["profile"], 1.0, "50us", only,
-                                                       str(out), print)
-                    round_rows += [scored(r, unit["measured"][r["paradigm"]]) for r in plan_rows
-                                   if r["paradigm"] in unit["measured"]]
+                    plan_rows, (vs, _) = _plan_rows(ov, [bw], [a.workers], unit["profile"], 1.0, "50us", only,
+                                                    str(out), print)
+                    round_rows += [{**scored(r, unit["measured"][r["paradigm"]]), "_profile": unit["profile"]}
+                                   for r in plan_rows if r["paradigm"] in unit["measured"]]
                     kept.append(unit["finished"])
                     continue
+                if a.stop_after and started is not None and time.monotonic() - started > 60 * a.stop_after:
+                    print(f"--stop-after: {model} round {k} at {bw} is left for another sitting")
+                    missing += 1
+                    continue
+                started = started or time.monotonic()
                 plan_rows, (vs, prof) = _plan_rows(ov, [bw], [a.workers], prof, 1.0, "50us", only, str(out), print,
                                                    refresh=prof is None and (a.repeats > 1 or a.resume))
-                last = prof
                 got = verify(copy.deepcopy(plan_rows), vs, out / "runs")
                 save_unit(path, prof, got)
-                round_rows += got
+                round_rows += [{**r, "_profile": prof} for r in got]
             rounds.append(round_rows)
-        prof_by_model[model], cfg_by_model[model] = last, vs[a.workers][0].cfg  # the last round's, for crossovers
-        for r in merged(rounds):
+        if not any(rounds):
+            continue
+        rounds_by_model[model], cfg_by_model[model] = rounds, vs[a.workers][0].cfg
+        for r in merged([rs for rs in rounds if rs]):
             row = {"model": model, "paradigm": r["paradigm"], "bandwidth": r["bandwidth"], "N": a.workers,
                    "predicted ms": 1e3 * r["predicted_step_s"], "measured ms": 1e3 * r["measured_step_s"] if "measured_step_s" in r else None,
                    "spread ms": r.get("measured_step_ms spread"), "repeats": r.get("repeats"),
@@ -111,10 +134,14 @@ def main(argv=None) -> None:
             # what the measurement itself resolves: a model cannot be shown closer than its target's spread
             notes += (f" The measurement's own spread, (max − min) / median of a row's {a.repeats} rounds: median "
                       f"{100 * statistics.median(noise):.0f} %, largest {100 * max(noise):.0f} %.")
+    units = a.repeats * len(bandwidths) * len(a.models.split(","))
     if kept:
-        notes += (f" {len(kept)} of {a.repeats * len(bandwidths) * len(prof_by_model)} (round, bandwidth) measurements "
+        notes += (f" {len(kept)} of {units} (round, bandwidth) measurements "
                   f"were kept from earlier sittings (--resume; finished {min(kept)} to {max(kept)}), predicted again from their own profiles.")
-    cross = crossovers(rows, prof_by_model, cfg_by_model, a.workers)
+    if missing:
+        notes += (f" **Incomplete: {missing} of {units} (round, bandwidth) measurements are not taken yet** "
+                  f"(--stop-after); run the same command again to add them.")
+    cross = crossovers(rounds_by_model, cfg_by_model, a.workers)
     if cross:
         ok = [c for c in cross if c["_ratio"] is not None]
         within = sum(abs(c["_ratio"] - 1) <= 0.2 for c in ok)
@@ -128,9 +155,10 @@ def main(argv=None) -> None:
                      + (f", medians of {a.repeats} interleaved rounds (spread: min–max)" if a.repeats > 1 else ""),
                      rows, cols)
     tables = [t] + ([report.Table(f"crossover_N{a.workers}", "Compression crossover on the emulated links: the link "
-                                  "rate below which a compressor beats sync, measured (log-linear between the "
-                                  "measured rates, as the bandwidth suite) vs the model's (bisection of its predicted "
-                                  "gain on the same emulated cluster)",
+                                  "rate below which a compressor beats sync, per round measured (log-linear between "
+                                  "the measured rates, as the bandwidth suite) vs the model's from that round's "
+                                  "profile (bisection of its predicted gain on the same emulated cluster); the "
+                                  "ratio is the median of the rounds' ratios",
                                   [{k: v for k, v in c.items() if not k.startswith("_")} for c in cross])] if cross else [])
     cmd = ("python -m workbench.bench planner " + " ".join(argv if argv is not None else [])).strip()
     # one section per model set, so a second command (another model) adds its table, not replaces
@@ -176,32 +204,51 @@ def load_unit(path: Path):
     return {**unit, "profile": prof}
 
 
-def crossovers(rows: list, profs: dict, cfgs: dict, workers: int) -> list:
-    """Per model and compressor, where its speed-up over ``sync`` crosses 1 across the emulated rates:
-    measured (``bench.bandwidth.crossing``: log-linear between the two rates it falls between) and
-    the model's, on the same emulated cluster. [] with fewer than two emulated rates."""
-    from workbench.bench.bandwidth import crossing, finite, rate_text
+def crossovers(rounds_by_model: dict, cfgs: dict, workers: int) -> list:
+    """Per model and compressor, where its speed-up over ``sync`` crosses 1 across the emulated rates,
+    round by round: measured from the round's runs (``bench.bandwidth.crossing``: log-linear between
+    the two rates it falls between) and the model's from the round's own profile (the median over
+    its profiles where a resumed round has more than one), on the same emulated cluster. The ratio
+    is the median of the rounds' ratios, so rounds taken on other days or machines each compare a
+    prediction with the runs it was made for. [] with fewer than two emulated rates."""
+    from workbench.bench.bandwidth import crossing, finite, rate_range
     from workbench.plan import EMULATED, bandwidth_bps, emulated_crossover_bps
     out = []
-    for model, prof in profs.items():
-        mine = [r for r in rows if r["model"] == model and str(r["bandwidth"]).startswith(EMULATED)]
-        rates = sorted({r["bandwidth"] for r in mine}, key=bandwidth_bps)
+    for model, rounds in rounds_by_model.items():
+        mine = [[r for r in rs if str(r["bandwidth"]).startswith(EMULATED) and "measured_step_s" in r]
+                for rs in rounds]
+        rates = sorted({r["bandwidth"] for rs in mine for r in rs}, key=bandwidth_bps)
         if len(rates) < 2:
             continue
-        sync = {r["bandwidth"]: r["measured ms"] for r in mine if r["paradigm"] == "sync"}
-        for comp in sorted({r["paradigm"] for r in mine if r["paradigm"].startswith("compressed/")}):
+        for comp in sorted({r["paradigm"] for rs in mine for r in rs if r["paradigm"].startswith("compressed/")}):
             name = comp.split("/", 1)[1]
-            if name not in prof.codecs or not sync:
+            measured, predicted, ratios, speeds = [], [], [], {}
+            for rs in mine:
+                sync = {r["bandwidth"]: r["measured_step_s"] for r in rs if r["paradigm"] == "sync"}
+                meas = {r["bandwidth"]: r["measured_step_s"] for r in rs if r["paradigm"] == comp}
+                speed = [(bandwidth_bps(b), sync[b] / meas[b]) for b in rates if b in sync and b in meas]
+                profs = list({id(r["_profile"]): r["_profile"] for r in rs if r["paradigm"] == comp}.values())
+                if len(speed) < 2 or not profs or name not in profs[0].codecs:
+                    continue
+                for b, sp in speed:
+                    speeds.setdefault(b, []).append(sp)
+                m = crossing(speed)
+                preds = [emulated_crossover_bps(cfgs[model], prof, workers, name) for prof in profs]
+                pf = [x for x in preds if finite(x)]
+                p = statistics.median(pf) if len(pf) == len(preds) else preds[0]
+                measured.append(m)
+                predicted.append(p)
+                if finite(m) and finite(p):
+                    ratios.append(p / m)
+            if not measured:
                 continue
-            meas = {r["bandwidth"]: r["measured ms"] for r in mine if r["paradigm"] == comp}
-            speed = [(bandwidth_bps(b), sync[b] / meas[b]) for b in rates if sync.get(b) and meas.get(b)]
-            measured = crossing(speed)
-            predicted = emulated_crossover_bps(cfgs[model], prof, workers, name)
-            ratio = predicted / measured if finite(measured) and finite(predicted) else None
-            out.append({"model": model, "compressor": name, "measured crossover": rate_text(measured),
-                        "predicted crossover": rate_text(predicted),
+            ratio = statistics.median(ratios) if ratios else None
+            out.append({"model": model, "compressor": name, "measured crossover": rate_range(measured),
+                        "predicted crossover": rate_range(predicted),
                         "predicted / measured": f"{ratio:.2f}" if ratio else None,
-                        "speed-up vs sync, lowest → highest rate": " → ".join(f"{s:.2f}" for _, s in speed),
+                        "rounds": f"{len(ratios)}/{len(measured)}",
+                        "speed-up vs sync, lowest → highest rate":
+                            " → ".join(f"{statistics.median(speeds[b]):.2f}" for b in sorted(speeds)),
                         "_ratio": ratio})
     return out
 

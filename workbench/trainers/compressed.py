@@ -10,23 +10,20 @@ Every train record in metrics.jsonl carries, for rank 0: ``encode_ms``, ``decode
 ``dense_bytes`` (the buckets as float32) and ``compression_ratio``; plus ``forward_ms``,
 ``backward_ms`` (wall time of backward, which includes waiting for the last buckets) and
 ``optimizer_ms``. ``summary.json`` gets a ``compression`` section: the per-bucket profile averaged
-over the steps after ``trainer.profile_skip`` and, with ``trainer.calibrate_steps > 0``, the
-backward compute time without communication and all-reduce / all-gather timings at a few sizes:
-the inputs of :mod:`workbench.perfmodel.compression`.
+over the steps after ``trainer.profile_skip``. Its performance model is the planner's
+(:func:`workbench.perfmodel.paradigms.compressed`, from the one profile of
+:mod:`workbench.perfmodel.profile`; ``python -m workbench.plan --only sync,compressed``).
 """
 from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass, field
-from typing import List
+from dataclasses import dataclass
 
 import torch
 
-from workbench import data as data_mod
 from workbench.compress import COMPRESSORS, build_compressor
 from workbench.compress.hook import CompressionHookState, compression_hook
-from workbench.meter import nbytes
 from workbench.core import ConfigError, store_schema
 from workbench.trainers import TRAINERS
 from workbench.trainers.sync import SyncConfig, SyncTrainer
@@ -36,8 +33,6 @@ from workbench.trainers.sync import SyncConfig, SyncTrainer
 class CompressedConfig(SyncConfig):
     name: str = "compressed"
     profile_skip: int = 2  # steps left out of the per-bucket profile (DDP's bucket rebuild, warm-up)
-    calibrate_steps: int = 0  # >0: time this many backward passes without communication, and collectives
-    calibrate_sizes_kb: List[int] = field(default_factory=lambda: [4, 1024, 8192])  # collective sizes timed
 
 
 store_schema("trainer", "compressed", CompressedConfig)
@@ -77,17 +72,12 @@ class CompressedTrainer(SyncTrainer):
         t = cfg.trainer
         if t.profile_skip < 0:
             raise ConfigError(f"invalid value {t.profile_skip!r} for trainer.profile_skip: must be >= 0")
-        if t.calibrate_steps < 0:
-            raise ConfigError(f"invalid value {t.calibrate_steps!r} for trainer.calibrate_steps: must be >= 0")
-        if any(s <= 0 for s in t.calibrate_sizes_kb):
-            raise ConfigError(f"invalid value {list(t.calibrate_sizes_kb)!r} for trainer.calibrate_sizes_kb: sizes must be > 0")
 
     def setup(self) -> None:
         super().setup()  # DDP with comm_hook()'s compressor, and the optimizer (it holds no state yet)
         self.settle_buckets()
         self._steps_done = 0
         self._times = {}
-        self.calibration = self.calibrate() if self.cfg.trainer.calibrate_steps > 0 else None
 
     def train_step(self, x, y):
         t0 = time.perf_counter()
@@ -132,55 +122,6 @@ class CompressedTrainer(SyncTrainer):
         self.model.load_state_dict(saved)
         torch.set_rng_state(rng)
 
-    # -- calibration of the performance model --------------------------------------------------------
-    def calibrate(self) -> dict:
-        """Backward compute time with no communication (DDP's ``no_sync``) on a real batch, and the
-        time of all-reduce / all-gather at a few sizes. Model and optimizer state are restored."""
-        t = self.cfg.trainer
-        loader, _ = data_mod.train_loader(self.train_set, self.cfg, self.worker_index, self.workers, self.cfg.seed)
-        x, y = next(iter(loader))
-        x, y = x.to(self.device), y.to(self.device)
-        saved = copy.deepcopy(self.model.state_dict())
-        fwd, bwd = [], []
-        with self.ddp.no_sync():
-            for i in range(t.calibrate_steps + 1):  # the first pass warms up allocators and is dropped
-                self.model.zero_grad(set_to_none=True)
-                t0 = time.perf_counter()
-                loss = self.loss_fn(self.ddp(x), y)
-                t1 = time.perf_counter()
-                loss.backward()
-                t2 = time.perf_counter()
-                if i:
-                    fwd.append(t1 - t0)
-                    bwd.append(t2 - t1)
-        self.model.zero_grad(set_to_none=True)
-        self.model.load_state_dict(saved)
-        med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
-        dev = self.info.comm_device
-
-        def timed(coll: str, buf) -> dict:
-            times = []
-            for i in range(4):  # the first is dropped
-                t0 = time.perf_counter()
-                if coll == "allreduce":
-                    self.meter.all_reduce(buf, "calibration")
-                else:
-                    self.meter.all_gather_varlen(buf, "calibration")
-                if i:
-                    times.append(time.perf_counter() - t0)
-            return {"collective": coll, "dtype": str(buf.dtype).removeprefix("torch."), "bytes": nbytes(buf),
-                    "seconds": med(times)}
-
-        colls = []
-        for kb in t.calibrate_sizes_kb:
-            buf = torch.zeros(kb * 256, device=dev)
-            colls += [timed("allreduce", buf), timed("allgather", buf)]
-        # The 16-bit formats (fp16, bf16 compressors) at the largest size: their sum costs more per
-        # byte than float32's on gloo, so the model prices them on their own line.
-        for dtype in (torch.float16, torch.bfloat16):
-            colls.append(timed("allreduce", torch.zeros(max(t.calibrate_sizes_kb) * 256, device=dev, dtype=dtype)))
-        return {"forward_s": med(fwd), "backward_compute_s": med(bwd), "collectives": colls}
-
     def run(self) -> dict:
         try:
             summary = super().run()
@@ -190,7 +131,7 @@ class CompressedTrainer(SyncTrainer):
         summary["compression"] = {
             "compressor": dict(self.cfg.compressor), "world": self.info.world_size,
             "collective": self.compressor.collective, "buckets": self.hook_state.bucket_profile(),
-            "profile_skip": self.cfg.trainer.profile_skip, "calibration": self.calibration,
+            "profile_skip": self.cfg.trainer.profile_skip,
         }
         return summary
 
