@@ -206,6 +206,31 @@ def test_compression_suite_predicts_every_compressor(tmp_path):
     assert [ln for ln in again.splitlines() if ln.startswith("| fp16")] == [ln for ln in out.splitlines() if ln.startswith("| fp16")]
 
 
+def test_planner_suite_compares_each_rounds_crossover_with_its_own_profile():
+    """Rounds measured on other days or machines each carry their profile: a crossover's ratio is
+    the median of the rounds' own ratios, each round's measured crossover against its profile's."""
+    import statistics
+
+    from perfmodel_fixtures import synthetic_profile
+    from workbench.bench import bandwidth as bw
+    from workbench.bench.planner import crossovers
+    from workbench.plan import emulated_crossover_bps
+    cfg = bw.planner_cfg("small_cnn", 3, 16)
+    profs = [synthetic_profile(ranks=3), synthetic_profile(ranks=3, t_c=3e-3)]  # a slower host in round 2
+
+    def rnd(prof, comp_lo, comp_hi):  # sync 10 ms at both rates; the compressor's steps
+        return [{"paradigm": k, "bandwidth": b, "measured_step_s": v, "_profile": prof} for k, b, v in
+                [("sync", "emulated:100mbit", 0.010), ("sync", "emulated:1gbit", 0.010),
+                 ("compressed/powersgd", "emulated:100mbit", comp_lo), ("compressed/powersgd", "emulated:1gbit", comp_hi)]]
+    rounds = [rnd(profs[0], 0.005, 0.020), rnd(profs[1], 0.004, 0.016)]
+    (row,) = crossovers({"small_cnn": rounds}, {"small_cnn": cfg}, 3)
+    measured = [bw.crossing([(1e8, 2.0), (1e9, 0.5)]), bw.crossing([(1e8, 2.5), (1e9, 0.625)])]
+    predicted = [emulated_crossover_bps(cfg, p, 3, "powersgd") for p in profs]
+    assert row["predicted / measured"] == f"{statistics.median(p / m for p, m in zip(predicted, measured)):.2f}"
+    assert row["rounds"] == "2/2" and row["speed-up vs sync, lowest → highest rate"] == "2.25 → 0.56"
+    assert row["measured crossover"] == bw.rate_range(measured)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_planner_suite_resumes_and_predicts_kept_rounds_again(tmp_path):
