@@ -258,3 +258,5 @@ def test_planner_suite_resumes_and_predicts_kept_rounds_again(tmp_path):
     out = _suite(tmp_path, "planner", "--repeats", "2", "--resume", "--rounds", str(store), "--stop-after", "0.001")
     assert len(runs()) == len(first) + 6 and "Incomplete: 1 of 2 (round, bandwidth) measurements" in out
     assert [u.name for u in store.glob("*.json")] == [units[0].name] and set(table()) == set(measured)
+    out = _suite(tmp_path, "planner", "--repeats", "2", "--resume", "--rounds", str(store), "--stop-after", "0")
+    assert len(runs()) == len(first) + 6 and "Incomplete: 1 of 2" in out and "1 of 2 (round, bandwidth) measurements were kept" in out

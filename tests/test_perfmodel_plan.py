@@ -675,12 +675,11 @@ def test_the_planner_suite_locates_crossovers_on_the_emulated_links():
     from workbench.bench.planner import crossovers
     from workbench.plan import cluster_for
     cfg = workbench.compose(["cluster.nproc=4"])
-    rows = [{"model": "m", "paradigm": "sync", "bandwidth": "emulated:50mbit", "measured ms": 100.0},
-            {"model": "m", "paradigm": "sync", "bandwidth": "emulated:800mbit", "measured ms": 10.0},
-            {"model": "m", "paradigm": "compressed/powersgd", "bandwidth": "emulated:50mbit", "measured ms": 25.0},
-            {"model": "m", "paradigm": "compressed/powersgd", "bandwidth": "emulated:800mbit", "measured ms": 20.0},
-            {"model": "m", "paradigm": "ps/sync", "bandwidth": "loopback", "measured ms": 1.0}]
-    (c,) = crossovers(rows, {"m": PROF}, {"m": cfg}, 4)
+    rows = [{"paradigm": k, "bandwidth": b, "measured_step_s": v / 1e3, "_profile": PROF} for k, b, v in
+            [("sync", "emulated:50mbit", 100.0), ("sync", "emulated:800mbit", 10.0),
+             ("compressed/powersgd", "emulated:50mbit", 25.0), ("compressed/powersgd", "emulated:800mbit", 20.0),
+             ("ps/sync", "loopback", 1.0)]]
+    (c,) = crossovers({"m": [rows]}, {"m": cfg}, 4)
     # speed-up 4 at 50 Mbit/s, 0.5 at 800: crosses 1 at t = 3/3.5 of the way on the log scale
     measured = math.exp(math.log(50e6) + (3 / 3.5) * (math.log(800e6) - math.log(50e6)))
     assert c["measured crossover"] == f"{measured / 1e6:.3g} Mbit/s"
@@ -688,7 +687,7 @@ def test_the_planner_suite_locates_crossovers_on_the_emulated_links():
     bps = c["_ratio"] * measured
     cl = cluster_for(cfg, PROF, 4, f"emulated:{bps:.3f}bit", 5e-5)
     assert cl.cores_shared and P.sync(PROF, cl).step_s == pytest.approx(P.compressed(PROF, cl, "powersgd").step_s, rel=1e-6)
-    assert crossovers(rows[:1] + rows[4:], {"m": PROF}, {"m": cfg}, 4) == []  # one emulated rate: nothing to locate
+    assert crossovers({"m": [rows[:1] + rows[4:]]}, {"m": cfg}, 4) == []  # one emulated rate: nothing to locate
 
 
 def test_bmuf_behind_emulated_links_pays_the_shaper_once_a_block():

@@ -20,7 +20,11 @@ def test_sync_equals_single_process_sgd(run_overrides, workers):
     assert run.status == "completed"
     dist_state = torch.load(run.path / "model.pt", weights_only=True)
     ref = single_process_sgd(run_overrides + common, workers, steps)
-    assert_same_params(dist_state, ref)
+    # Two ranks' mean is one exact float sum (8.9e-8 from the reference after 30 steps); three ranks'
+    # ring sums in another order than one process, and 30 steps with momentum grow that rounding to
+    # 1e-4–7.5e-4 on a CPU without AVX2 (measured 2026-12-03), where one step fewer is 2.4e-2 away
+    # and another sample order 0.75: a tolerance of 2e-3 still tells a step or a batch apart.
+    assert_same_params(dist_state, ref, atol=1e-5 if workers == 2 else 2e-3)
     # sanity: the reference really moved away from the initial weights
     init = single_process_sgd(run_overrides + common, workers, 0)
     assert any(not torch.allclose(init[k], ref[k]) for k in ref)

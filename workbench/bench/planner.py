@@ -22,7 +22,7 @@ missing: a matrix longer than a sitting (ResNet-18 behind 200 Mbit/s links takes
 round on 2 cores) is finished by running the same command again, and a round cut off mid-way is
 measured again from its first missing bandwidth, after a fresh profile. ``--stop-after MINUTES``
 starts nothing after that long, so a sitting ends with whole measurements and a table of them (the
-notes say how many are missing). ``--rounds experiments/planner-rounds`` is the directory git
+notes say how many are missing); ``--stop-after 0`` measures nothing and scores what is stored. ``--rounds experiments/planner-rounds`` is the directory git
 keeps: a matrix is finished on another day, or another machine, by the same command. Every stored
 round is predicted again from its own profile by the model as it is now, so a change to the model
 is scored against the same runs in seconds (``--resume`` with nothing missing runs nothing), and a
@@ -56,11 +56,12 @@ def main(argv=None) -> None:
                    help="where each (round, bandwidth) is stored (default <out>/planner/rounds; "
                         f"{COMMITTED} is kept in git, so a matrix can be finished on another day and machine)")
     p.add_argument("--stop-after", type=float, default=None, metavar="MINUTES",
-                   help="start no (round, bandwidth) once this many minutes have passed since the first began; the "
-                        "table has what is measured, the notes say what is missing (run the same command again)")
+                   help="start no (round, bandwidth) once this many minutes have passed since the first began (0: "
+                        "measure nothing, score what is stored); the table has what is measured, the notes say what "
+                        "is missing (run the same command again)")
     a = p.parse_args(argv)
-    if a.stop_after is not None and a.stop_after <= 0:
-        raise SystemExit(f"error: invalid value {a.stop_after!r} for --stop-after: must be > 0 minutes")
+    if a.stop_after is not None and a.stop_after < 0:
+        raise SystemExit(f"error: invalid value {a.stop_after!r} for --stop-after: must be >= 0 minutes")
     if a.tiny:
         a.models, a.workers, a.only = "small_cnn", 2, "sync,ps"
     import copy
@@ -97,7 +98,8 @@ def main(argv=None) -> None:
                                    for r in plan_rows if r["paradigm"] in unit["measured"]]
                     kept.append(unit["finished"])
                     continue
-                if a.stop_after and started is not None and time.monotonic() - started > 60 * a.stop_after:
+                if a.stop_after is not None and (a.stop_after == 0 or started is not None
+                                                 and time.monotonic() - started > 60 * a.stop_after):
                     print(f"--stop-after: {model} round {k} at {bw} is left for another sitting")
                     missing += 1
                     continue
