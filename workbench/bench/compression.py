@@ -214,8 +214,8 @@ def main(argv=None) -> None:
         prof = profiles[0] if profiles else None
         notes = (f"Model vs measured: {report.within(rows, 'error')}. The model is the planner's "
                  f"(docs/planner.md), from a profile per round"
-                 + (f" (round 1's measured {prof.machine.get('measured_at')}, load average "
-                    f"{prof.machine.get('load_average')})" if prof is not None else "") + ".")
+                 + (f" (round 1's finished {prof.machine.get('measured_at')}, load average "
+                    f"{(prof.machine.get('load_average') or [float('nan')])[0]:.1f})" if prof is not None else "") + ".")
         path = report.write(out.name, f"compression: {model}, N={a.nproc}", command, [t], [figure(rows, model)],
                             notes=notes, out_root=a.out, benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
         print(f"\n{t.markdown()}\n\n{notes}\nreport: {path / 'report.html'}", flush=True)
