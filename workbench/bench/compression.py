@@ -96,16 +96,15 @@ def rows_of(runs: dict, profiles: list, cfgs: dict) -> list:
     med = statistics.median
     rounds = max(len(v) for v in runs.values())
     nproc = next(iter(cfgs.values())).cluster.nproc
-    preds = [predictions(p, cfgs, nproc) if p is not None else {} for p in profiles]
+    preds = [predictions(p, cfgs, nproc) for p in profiles]
 
     def steady(run):
         return [r for r in run.records() if r.get("kind") == "train" and r["step"] > run.summary["compression"]["profile_skip"]]
 
-    def step_s(run):
-        return med(r["step_time"] for r in steady(run))
-
-    # the measured step: median over rounds of each round's median (what each round's prediction is for)
-    step_ms = {n: med(step_s(run) * 1e3 for run in v if _completed(run))
+    # each completed run's median step, read once (what its round's prediction is for)
+    step_s = {id(run): med(r["step_time"] for r in steady(run)) for v in runs.values() for run in v if _completed(run)}
+    # the measured step: median over rounds of each round's median
+    step_ms = {n: med(step_s[id(run)] * 1e3 for run in v if _completed(run))
                for n, v in runs.items() if any(_completed(run) for run in v)}
     t_none = step_ms.get("none")
     rows = []
@@ -123,7 +122,7 @@ def rows_of(runs: dict, profiles: list, cfgs: dict) -> list:
                "payload KiB/step": round(payload / 1024), "sent KiB/step": round(med(r["bytes_sent"] for r in steady(done[0])) / 1024),
                "enc+dec ms": round(1e3 * enc, 1), "step ms": round(step), "vs none": round(t_none / step, 2) if t_none else None,
                "status": "completed" if len(done) == len(v) else f"{len(done)} of {len(v)} completed"}
-        pairs = [(preds[i][name], step_s(run)) for i, run in enumerate(v)
+        pairs = [(preds[i][name], step_s[id(run)]) for i, run in enumerate(v)
                  if i < len(preds) and name in preds[i] and _completed(run)]
         if rounds > 1 and pairs:
             per = [1e3 * m for _, m in pairs]
