@@ -129,11 +129,19 @@ def test_synchronous_protocols_on_a_shared_host_wait_for_the_last_rank_asynchron
     # a step's collectives timed together in the loop (its period beyond the span) stand for the
     # sum of their timings alone, which re-aligned the ranks once each
     tog = dataclasses.replace(prof, loops={"collectives/powersgd": 0.08 + 5e-4, "collectives/sync": 0.08 + 3e-3})
-    assert tog.beyond_span_s("collectives/powersgd") == pytest.approx(5e-4) and tog.beyond_span_s("ddp") is None
+    assert tog.beyond_step_s("collectives/powersgd") == pytest.approx(5e-4) and tog.beyond_step_s("ddp") is None
     assert P.compressed(tog, cl, "powersgd").step_s == pytest.approx(0.08 + 5e-4 + 1e-3 * 0.08 / 0.012 + U)
     assert P.sync(tog, cl).step_s == pytest.approx(0.08 + 3e-3 + U)
     assert P.ddp_overhead_s(dataclasses.replace(tog, loops={**tog.loops, "ddp": 0.08 + 5e-3}), cl) == pytest.approx(2e-3)
     assert P.sync(tog, net(4)).step_s == P.sync(PROF, net(4)).step_s  # on a network: the α-β line
+    # with the loop of the step and a one-float all-reduce timed (``loops["aligned"]``), the collectives
+    # cost their loop's period beyond it, not beyond the span: a span longer than the loop (ResNet-18
+    # on a VM without AVX2) priced a 44.7 MB all-reduce at 0 s
+    slow = dataclasses.replace(prof, loops={"collectives/sync": 0.075, "aligned": 0.07})
+    assert slow.beyond_step_s("collectives/sync") == pytest.approx(5e-3)
+    assert dataclasses.replace(prof, loops={"collectives/sync": 0.075}).beyond_step_s("collectives/sync") == 0.0
+    assert P.sync(slow, cl).terms["communication"] == pytest.approx(5e-3)
+    assert P.sync(dataclasses.replace(slow, loops={**slow.loops, "ddp": 0.078}), cl).step_s == pytest.approx(0.08 + U)
     assert P.ps_sync(prof, cl).terms["compute"] == 0.05  # 3 workers in lockstep
     assert P.ps_async(prof, cl).terms["compute"] == pytest.approx(10 * (3e-3 + 3e-4))  # the mean rate
     assert P.bmuf(prof, cl).terms["compute"] == 0.08  # a block ends with the slowest rank's steps
@@ -616,10 +624,11 @@ def test_verify_json_small_cnn_three_ranks_bytes_exact(tmp_path, capsys):
         assert r["measured_bytes_by_category"] == pytest.approx(
             {k: v for k, v in r["predicted_bytes_by_category"].items() if v}, rel=0, abs=1e-9), r["paradigm"]
         assert math.isfinite(r["error"]) and r["measured_step_s"] > 0
-    # the profile timed the parameter server's loops on these ranks (what the loopback PS rows use),
+    # the profile timed the parameter server's loops on these ranks (what the loopback PS rows use), the
+    # step with a one-float all-reduce (what the collectives are priced beyond),
     # each step's collectives together, each compressor's own loop, and every codec with every rank encoding at once
     prof = Profile.load(next((tmp_path / "profiles").glob("*.json")))
-    assert set(prof.loops) == {"ps/async", "ps/async/header", "ps/sync", "ddp", "collectives/sync", "bookkeeping",
+    assert set(prof.loops) == {"ps/async", "ps/async/header", "ps/sync", "ddp", "collectives/sync", "bookkeeping", "aligned",
                                *(f"collectives/{c}" for c in prof.codecs), *(f"compressed/{c}" for c in prof.codecs)}
     assert min(prof.loops.values()) > 0
     assert set(prof.codecs) == {"topk", "powersgd", "fp16"}

@@ -161,7 +161,7 @@ def _bucket_comm(prof: Profile, cl: Cluster, compressor: Optional[str]) -> Tuple
         comm.append(t)
         sent_b.append(out)
         codec_s.append(prof.codec_s(compressor, i, p, cl.shares_cores) if codec is not None else 0.0)
-    together = prof.beyond_span_s(f"collectives/{compressor or 'sync'}") if _timed_here(prof, cl) else None
+    together = prof.beyond_step_s(f"collectives/{compressor or 'sync'}") if _timed_here(prof, cl) else None
     if together is not None and comm:
         # the step's collectives timed together re-align the ranks once, where each timed alone
         # paid that wait again; shared out over the buckets as their own timings
@@ -239,7 +239,7 @@ def ddp_overhead_s(prof: Profile, cl: Cluster, compressor: Optional[str] = None)
     loop = prof.loops.get(name)
     if loop is None or not prof.collectives or not _loop_here(prof, cl):  # beyond the collectives it timed
         return 0.0
-    parts = prof.beyond_span_s(f"collectives/{compressor}" if name != "ddp" else "collectives/sync")
+    parts = prof.beyond_step_s(f"collectives/{compressor}" if name != "ddp" else "collectives/sync")
     if parts is None:
         parts = sum(prof.collective_s("allreduce", "float32", 4 * bk["numel"]) or 0.0 for bk in prof.buckets)
     if name != "ddp":  # the hook's loop holds the codec too

@@ -38,14 +38,16 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from workbench.perfmodel.stanza import StanzaInputs
 
-PROFILE_VERSION = 9  # 2: free-running levels, lockstep spans, collectives timed at their sizes, α the floor;
+PROFILE_VERSION = 10  # 2: free-running levels, lockstep spans, collectives timed at their sizes, α the floor;
 # 3: collectives timed in situ, after a lockstep backward; 4: in a free-running loop, less the lockstep span;
 # 5: the loops of the layers above timed too (the parameter server's); 6: codecs timed with every rank at
 # once, and each step's collectives together in the loop; 7: the loop fns get the batch and DDP's bucket
 # cap (the compressors' own loops, ``workbench.compress.profile``); 8: the conv and FC levels timed from
 # no gradients, as a step runs, not adding into the last call's; 9: DDP's loop through the meter's
 # all-reduce hook, as ``trainer=sync`` runs it, and the training loop's own bookkeeping per step timed
-# (``Profile.bookkeeping_s``)
+# (``Profile.bookkeeping_s``); 10: the in-loop collectives priced beyond the same loop with a one-float
+# all-reduce (``loops["aligned"]``), not beyond the barrier-released span, which on a VM without AVX2
+# exceeded the loop with ResNet-18's all-reduces and priced them at zero
 
 
 def _median_time(fn, steps: int, device, warmup: bool = True) -> float:
@@ -253,22 +255,24 @@ def _collective_once(coll: str, dtype: str, nbytes: float, meter, comm_device) -
 
 
 def measure_collectives(items, meter, comm_device, step: Optional[Callable[[], None]] = None,
-                        reps: int = 9, span_s: float = 0.0) -> Dict[str, float]:
+                        reps: int = 9, base_s: float = 0.0) -> Dict[str, float]:
     """Seconds of each collective at the sizes and dtypes a run will issue, every rank taking part
     (``items``: (collective, dtype, bytes), the same list on every rank), as
     ``"<collective>:<dtype>:<bytes>"`` -> seconds.
 
     Timed *in the loop*: with ``step`` (one batch's zero_grad+forward+backward), every rank runs
     ``step(); collective`` back to back, as a training loop does, and the collective costs the
-    loop's median period less ``span_s``, the lockstep span of ``step`` (:func:`lockstep`), so that
-    span + cost is the loop's period. On a host whose ranks outnumber its cores a collective's
-    ranks leave it at different times, and the next step starts as skewed: 3 ranks on 2 cores here
-    left a 605 KB all-reduce 2.5 ms apart, and a collective timed after a barrier-released backward
-    (this function until 2026-12-01) missed that skew: 3.2–3.3 ms for the small CNN's all-reduce,
-    where the loop paid 3.8 ms over the span, and span + 3.8 ms + the update, 7.7–7.9 ms, is what a
-    bare DDP loop took then, 7.3–7.8 ms (docs/planner.md). The cost is far from linear in size, so
-    the model looks these up for this host's rows instead of an α-β line. Without ``step``: the
-    median of ``reps`` collectives from a common idle release (rank 0's time)."""
+    loop's median period less ``base_s``, the period of the same loop whose collective is one float
+    (:func:`aligned_loop_s`). On a host whose ranks outnumber its cores a collective's ranks leave
+    it at different times, and the next step starts as skewed: 3 ranks on 2 cores here left a
+    605 KB all-reduce 2.5 ms apart, and a collective timed after a barrier-released backward (this
+    function until 2026-12-01) missed that skew. Until 2026-12-03 the base was the lockstep span
+    (:func:`lockstep`): on a VM without AVX2 ResNet-18's span (1.557 s) exceeded the loop with its
+    44.7 MB all-reduce (1.459 s), so the all-reduce cost nothing and ``sync`` behind 1 Gbit/s was
+    predicted 20 % short; a loop that re-aligns its ranks every step as the collective does runs
+    at its own pace, which is the one to subtract (docs/planner.md). The cost is far from linear
+    in size, so the model looks these up for this host's rows instead of an α-β line. Without
+    ``step``: the median of ``reps`` collectives from a common idle release (rank 0's time)."""
     import torch.distributed as dist
     out: Dict[str, float] = {}
     for coll, dtype, nbytes in items:
@@ -287,8 +291,16 @@ def measure_collectives(items, meter, comm_device, step: Optional[Callable[[], N
         # the ranks' medians agree to within noise; every rank takes the same value
         period = mean_over_ranks(free_running_period(lambda i: (step(), once()), reps), meter, comm_device,
                                  dist.get_world_size())
-        out[f"{coll}:{dtype}:{int(nbytes)}"] = max(period - span_s, 0.0)
+        out[f"{coll}:{dtype}:{int(nbytes)}"] = max(period - base_s, 0.0)
     return out
+
+
+def aligned_loop_s(meter, comm_device, step: Callable[[], None], reps: int) -> float:
+    """Seconds per period of ``step(); all-reduce of one float`` on every rank, the ranks' mean
+    (``Profile.loops["aligned"]``): the loop of :func:`step_collectives_loop_s` with nothing to
+    carry, whose collective only re-aligns the ranks each step. What a step's collectives cost is
+    their loop's period beyond this one (``Profile.beyond_step_s``)."""
+    return step_collectives_loop_s([("allreduce", "float32", 4)], meter, comm_device, step, reps)
 
 
 def step_collectives_loop_s(items, meter, comm_device, step: Callable[[], None], reps: int) -> float:
@@ -453,13 +465,16 @@ class Profile:
             return together[i] * self.host_slowdown(k) / self.host_slowdown(self.ranks) / self.speedup
         return c["codec_s"][i] * self.host_slowdown(k) / self.speedup
 
-    def beyond_span_s(self, loop: str) -> Optional[float]:
-        """What the loop ``loop`` (``Profile.loops``) takes per period beyond the lockstep span of
-        the profiled ranks; None if it was not timed."""
+    def beyond_step_s(self, loop: str) -> Optional[float]:
+        """What the loop ``loop`` (``Profile.loops``) takes per period beyond the same loop of the
+        step with a one-float all-reduce (``loops["aligned"]``; a profile without it: beyond the
+        lockstep span of the profiled ranks), at least 0; None if it was not timed."""
         if loop not in self.loops:
             return None
-        span = self.span_at[-1] if self.span_at else self.compute_s(self.ranks) * self.speedup
-        return max(0.0, self.loops[loop] - span)
+        base = self.loops.get("aligned")
+        if base is None:
+            base = self.span_at[-1] if self.span_at else self.compute_s(self.ranks) * self.speedup
+        return max(0.0, self.loops[loop] - base)
 
     def collective_s(self, collective: str, dtype: str, nbytes: float) -> Optional[float]:
         """The measured seconds of ``collective`` of ``nbytes`` in ``dtype`` with every profiled rank
@@ -660,13 +675,15 @@ def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, loop_
         # since each rank's own count once deadlocked (see lockstep)
         n = torch.tensor([max(3, min(60, int(0.5 / max(_median_time(step, 2, cpu), 1e-6))))], dtype=torch.int64)
         dist.all_reduce(n, op=dist.ReduceOp.MAX)
-        colls = measure_collectives(items[0], meter, cpu, step, reps=int(n.item()), span_s=m["span_at"][-1]) \
+        aligned = aligned_loop_s(meter, cpu, step, int(n.item())) if world > 1 else None
+        colls = measure_collectives(items[0], meter, cpu, step, reps=int(n.item()), base_s=aligned) \
             if world > 1 else {}
         # the loops a layer above times here (the parameter server's: ``workbench.ps.profile``), in name order
         loops = {name: loop_fns[name](model, step, meter, cpu, make_optimizer, int(n.item()), batch=(x, y),
                                       bucket_cap_mb=cap)
                  for name in sorted(loop_fns)} if world > 1 else {}
         if world > 1:
+            loops["aligned"] = aligned
             # through the meter's hook, as trainer=sync runs it: its Python future cost the small
             # CNN's 3-rank loop 0.4–2 ms a step over DDP's built-in all-reduce (12.7 against 13.4 ms)
             loops["ddp"] = ddp_loop_s(model, x, y, cap, meter, cpu, int(n.item()),
