@@ -38,7 +38,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from workbench.perfmodel.stanza import StanzaInputs
 
-PROFILE_VERSION = 10  # 2: free-running levels, lockstep spans, collectives timed at their sizes, α the floor;
+PROFILE_VERSION = 11  # 2: free-running levels, lockstep spans, collectives timed at their sizes, α the floor;
 # 3: collectives timed in situ, after a lockstep backward; 4: in a free-running loop, less the lockstep span;
 # 5: the loops of the layers above timed too (the parameter server's); 6: codecs timed with every rank at
 # once, and each step's collectives together in the loop; 7: the loop fns get the batch and DDP's bucket
@@ -47,7 +47,8 @@ PROFILE_VERSION = 10  # 2: free-running levels, lockstep spans, collectives time
 # all-reduce hook, as ``trainer=sync`` runs it, and the training loop's own bookkeeping per step timed
 # (``Profile.bookkeeping_s``); 10: the in-loop collectives priced beyond the same loop with a one-float
 # all-reduce (``loops["aligned"]``), not beyond the barrier-released span, which on a VM without AVX2
-# exceeded the loop with ResNet-18's all-reduces and priced them at zero
+# exceeded the loop with ResNet-18's all-reduces and priced them at zero; 11: ``u`` timed with every
+# parameter's gradient (it had the classifier's alone), and the collectives from an idle release too
 
 
 def _median_time(fn, steps: int, device, warmup: bool = True) -> float:
@@ -147,6 +148,11 @@ def measure_ranks(model, spec, b: int, meter, device, comm_device, steps: int,
     t_c_at, t_f_at = tuple(levels[:world].tolist()), tuple(levels[world:].tolist())
     params = [p for p in model.parameters()]
     opt = make_optimizer(params)
+    # with every parameter's gradient, as a step has them: SGD skips a parameter without one, and fc()
+    # above left only the classifier's, so until profile v11 ``u`` timed ResNet-18's update of 5,130
+    # of its 11.2 M parameters (0.2 ms a step where the whole update is tens of ms)
+    model.zero_grad(set_to_none=True)
+    F.cross_entropy(model(x), y).backward()
     u = _median_time(opt.step, steps, device) / sum(p.numel() for p in params)
     model.zero_grad(set_to_none=True)
     del opt
@@ -403,6 +409,9 @@ class Profile:
     buckets: List[dict]  # DDP buckets after the rebuild: {"numel", "shapes"}
     span_at: Tuple[float, ...] = ()  # s per batch from a common start to the last of k ranks' backward (lockstep)
     collectives: Dict[str, float] = field(default_factory=dict)  # "<collective>:<dtype>:<bytes>" -> s, measured here
+    # the same collectives from a common idle release, no step around them (the ranks' host part of the
+    # exchange when a link, not the cores, re-aligns them; ``measure_collectives`` without ``step``)
+    collectives_idle: Dict[str, float] = field(default_factory=dict)
     # loops timed here: name -> s per worker step; "ddp": DDP's own (``ddp_loop_s``), and those of the
     # layers that run them (``measure(loop_fns=...)``), e.g. "ps/async", "ps/sync": the parameter
     # server's, ranks − 1 workers and one server; "compressed/<c>": DDP with compressor c's hook
@@ -678,6 +687,7 @@ def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, loop_
         aligned = aligned_loop_s(meter, cpu, step, int(n.item())) if world > 1 else None
         colls = measure_collectives(items[0], meter, cpu, step, reps=int(n.item()), base_s=aligned) \
             if world > 1 else {}
+        idle = measure_collectives(items[0], meter, cpu, reps=5) if world > 1 else {}
         # the loops a layer above times here (the parameter server's: ``workbench.ps.profile``), in name order
         loops = {name: loop_fns[name](model, step, meter, cpu, make_optimizer, int(n.item()), batch=(x, y),
                                       bucket_cap_mb=cap)
@@ -695,7 +705,7 @@ def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, loop_
         if rank == 0:
             counts = model.param_counts()
             queue.put({**m, "fwd_share": share, "buckets": buckets, "codecs": codecs, "bucket_cap_mb": cap,
-                       "collectives": colls, "loops": loops,
+                       "collectives": colls, "collectives_idle": idle, "loops": loops,
                        "boundary": model.boundary_size(spec), "params_conv": counts["features"],
                        "params_fc": counts["classifier"], "param_shapes": [tuple(p.shape) for p in model.parameters()],
                        "threads": torch.get_num_threads()})
@@ -792,7 +802,8 @@ def measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, st
     return Profile(model=key["model"], data=str(cfg.data.name), input_shape=key["input_shape"], batch=key["batch"],
                    ranks=ranks, t_c_at=tuple(res["t_c_at"]), t_f_at=tuple(res["t_f_at"]), fwd_share=res["fwd_share"],
                    u=res["u"], alpha=res["alpha"], beta=res["beta"], beta_allreduce=res["beta_allreduce"],
-                   span_at=tuple(res["span_at"]), collectives=res["collectives"], loops=res["loops"],
+                   span_at=tuple(res["span_at"]), collectives=res["collectives"],
+                   collectives_idle=res["collectives_idle"], loops=res["loops"],
                    boundary=res["boundary"], params_conv=res["params_conv"], params_fc=res["params_fc"],
                    param_shapes=[tuple(s) for s in res["param_shapes"]], bucket_cap_mb=res["bucket_cap_mb"],
                    buckets=[{"numel": b["numel"], "shapes": [list(s) for s in b["shapes"]]} for b in res["buckets"]],
