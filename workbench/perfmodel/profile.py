@@ -275,10 +275,13 @@ def measure_collectives(items, meter, comm_device, step: Optional[Callable[[], N
     function until 2026-12-01) missed that skew. Until 2026-12-03 the base was the lockstep span
     (:func:`lockstep`): on a VM without AVX2 ResNet-18's span (1.557 s) exceeded the loop with its
     44.7 MB all-reduce (1.459 s), so the all-reduce cost nothing and ``sync`` behind 1 Gbit/s was
-    predicted 20 % short; a loop that re-aligns its ranks every step as the collective does runs
-    at its own pace, which is the one to subtract (docs/planner.md). The cost is far from linear
-    in size, so the model looks these up for this host's rows instead of an α-β line. Without
-    ``step``: the median of ``reps`` collectives from a common idle release (rank 0's time)."""
+    predicted 20 % short. The one-float loop is no cure on 3 ranks and 2 cores either: it releases
+    the ranks together, and on the next VM it was the slower loop (1.675 s against 1.423 s with the
+    44.7 MB all-reduce), so the cost still clips to 0 there (docs/planner.md, "Profile v10–v11").
+    It is kept as the base because it is the same kind of loop as what it is subtracted from. The
+    cost is far from linear in size, so the model looks these up for this host's rows instead of
+    an α-β line. Without ``step``: the median of ``reps`` collectives from a common idle release
+    (rank 0's time)."""
     import torch.distributed as dist
     out: Dict[str, float] = {}
     for coll, dtype, nbytes in items:
