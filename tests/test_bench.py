@@ -246,8 +246,17 @@ def test_planner_suite_resumes_and_predicts_kept_rounds_again(tmp_path):
     assert len(first) == 2 * 3 and set(measured) == {"sync", "ps/sync", "ps/async"}  # 2 rounds x 3 paradigms
     units = sorted((tmp_path / "planner" / "rounds").glob("*.json"))
     assert [u.name for u in units] == [f"small_cnn-N2-b16-loopback-r{k}-sync_ps.json" for k in (1, 2)]
+    # the drift guard: the host's span right after the profile, before and after the unit's runs
+    ratios = []
+    for u in units:
+        drift = json.loads(u.read_text())["drift"]
+        assert set(drift) == {"reference_s", "before_s", "after_s"} and all(v > 0 for v in drift.values())
+        ratios.append((drift["before_s"] + drift["after_s"]) / 2 / drift["reference_s"])
+    lo, hi = f"{min(ratios):.2f}", f"{max(ratios):.2f}"
+    assert {r["drift"] for r in measured.values()} == {lo if lo == hi else f"{lo}–{hi}"}
     out = _suite(tmp_path, "planner", "--repeats", "2", "--resume")  # nothing missing: nothing runs
     assert runs() == first and "2 of 2 (round, bandwidth) measurements were kept" in out
+    assert "Drift guard: each (round, bandwidth) is predicted from its profile as the host ran" in out
     assert {k: r["measured ms"] for k, r in table().items()} == {k: r["measured ms"] for k, r in measured.items()}
     units[1].unlink()  # round 2 cut off: only its runs again
     out = _suite(tmp_path, "planner", "--repeats", "2", "--resume")

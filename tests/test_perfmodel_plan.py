@@ -556,6 +556,30 @@ def test_speedup_divides_compute_only():
     assert P.sync(fast, net(4, bw=1e5)).bytes == P.sync(PROF, net(4, bw=1e5)).bytes
 
 
+def test_a_host_that_drifted_slower_slows_every_loopback_prediction_alike_and_not_the_links():
+    """``Profile.drifted``: the same host r times slower (bench planner's drift guard). Every second
+    it measured is r times longer, so on this host's loopback each paradigm's step is r times the
+    step; behind shaped links the shaper's wait is the cluster's, so less than r; bytes unchanged."""
+    from workbench import analysis as an
+    from workbench.plan import plan
+    prof = synthetic_profile(ranks=3, codecs={c: synthetic_profile().codecs["powersgd"]
+                                              for c in an.available_compressors() if c != "none"})
+    before = {k: list(v["codec_s"]) for k, v in prof.codecs.items()}
+    slow = prof.drifted(2.0)
+    assert prof.codecs and {k: v["codec_s"] for k, v in prof.codecs.items()} == before  # the original untouched
+    assert prof.drifted(1.0) is prof and slow.machine["drift"] == 2.0
+    rows = lambda p, bw: plan([], bandwidths=[bw], workers=[3], profile=p).set_index("paradigm").sort_index()  # noqa: E731
+    a, b = rows(prof, "loopback"), rows(slow, "loopback")
+    assert len(a) > 10
+    assert (b["predicted_step_s"] / a["predicted_step_s"]).tolist() == pytest.approx([2.0] * len(a))
+    assert (b["predicted_bytes_per_step"] == a["predicted_bytes_per_step"]).all()
+    a, b = rows(prof, "emulated:10mbit"), rows(slow, "emulated:10mbit")
+    ratio = b["predicted_step_s"] / a["predicted_step_s"]
+    link = a["bottleneck"] == "link"
+    assert link.sum() >= 3 and (ratio[link] < 1.99).all() and ratio.between(1.0, 2.0 + 1e-9).all()
+    assert (b["predicted_bytes_per_step"] == a["predicted_bytes_per_step"]).all()
+
+
 def test_profile_round_trips_and_knows_its_model(tmp_path):
     path = PROF.save(tmp_path / "p.json")
     back = Profile.load(path)

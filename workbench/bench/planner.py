@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
+from typing import Optional
 
 from workbench.bench import report
 
@@ -65,7 +66,8 @@ def main(argv=None) -> None:
     if a.tiny:
         a.models, a.workers, a.only = "small_cnn", 2, "sync,ps"
     import copy
-    from workbench.plan import _plan_rows, check_verifiable, error_quantiles, parse_bandwidths, scored, verify
+    from workbench.perfmodel.profile import host_span
+    from workbench.plan import _plan_rows, check_verifiable, error_quantiles, parse_bandwidths, verify
     bandwidths = parse_bandwidths(a.bandwidths)
     check_verifiable(bandwidths)
     out = Path(a.out) / "planner"
@@ -74,6 +76,7 @@ def main(argv=None) -> None:
     started = None  # when this sitting's first measurement began: --stop-after counts from it
     only = [o for o in a.only.split(",") if o]
     rows = []
+    drifts: list = []  # the drift guard's ratio of every (round, bandwidth) that has one
     rounds_by_model, cfg_by_model = {}, {}
     missing = 0  # (round, bandwidth)s --stop-after left for another sitting
     kept: list = []  # when each (round, bandwidth) measurement an earlier sitting made was finished
@@ -87,32 +90,39 @@ def main(argv=None) -> None:
         # resumes (--resume) and every stored one is predicted again by the model as it is now.
         rounds = []
         for k in range(1, a.repeats + 1):
-            round_rows, prof = [], None
+            round_rows, prof, ref = [], None, None
             for bw in bandwidths:
                 path = store / unit_name(model, a.workers, a.batch, bw, k, only)
                 unit = load_unit(path) if a.resume else None
                 if unit is not None:
-                    plan_rows, (vs, _) = _plan_rows(ov, [bw], [a.workers], unit["profile"], 1.0, "50us", only,
-                                                    str(out), print)
-                    round_rows += [{**scored(r, unit["measured"][r["paradigm"]]), "_profile": unit["profile"]}
-                                   for r in plan_rows if r["paradigm"] in unit["measured"]]
                     kept.append(unit["finished"])
-                    continue
-                if a.stop_after is not None and (a.stop_after == 0 or started is not None
-                                                 and time.monotonic() - started > 60 * a.stop_after):
-                    print(f"--stop-after: {model} round {k} at {bw} is left for another sitting")
-                    missing += 1
-                    continue
-                started = started or time.monotonic()
-                plan_rows, (vs, prof) = _plan_rows(ov, [bw], [a.workers], prof, 1.0, "50us", only, str(out), print,
-                                                   refresh=prof is None and (a.repeats > 1 or a.resume))
-                got = verify(copy.deepcopy(plan_rows), vs, out / "runs")
-                save_unit(path, prof, got)
-                round_rows += [{**r, "_profile": prof} for r in got]
+                else:
+                    if a.stop_after is not None and (a.stop_after == 0 or started is not None
+                                                     and time.monotonic() - started > 60 * a.stop_after):
+                        print(f"--stop-after: {model} round {k} at {bw} is left for another sitting")
+                        missing += 1
+                        continue
+                    started = started or time.monotonic()
+                    plan_rows, (vs, prof) = _plan_rows(ov, [bw], [a.workers], prof, 1.0, "50us", only, str(out),
+                                                       print, refresh=prof is None and (a.repeats > 1 or a.resume))
+                    # the drift guard: how fast the host is right after the profile, then before and
+                    # after this unit's runs (Profile.drifted; a unit of ResNet-18 lasts 15–30 min)
+                    cfg = vs[a.workers][0].cfg
+                    ref = ref if ref is not None else host_span(cfg, a.workers)
+                    before = host_span(cfg, a.workers)
+                    got = verify(copy.deepcopy(plan_rows), vs, out / "runs")
+                    after = host_span(cfg, a.workers)
+                    print(f"drift guard: {model} at {bw}: the host's span {1e3 * ref:.1f} ms after the profile, "
+                          f"{1e3 * before:.1f} before the runs, {1e3 * after:.1f} after")
+                    save_unit(path, prof, got, drift={"reference_s": ref, "before_s": before, "after_s": after})
+                    unit = load_unit(path)
+                got, cfg_by_model[model] = unit_rows(unit, ov, bw, a.workers, only, out)
+                round_rows += got
             rounds.append(round_rows)
+            drifts += list({(r["bandwidth"]): r["drift"] for r in round_rows if r.get("drift") is not None}.values())
         if not any(rounds):
             continue
-        rounds_by_model[model], cfg_by_model[model] = rounds, vs[a.workers][0].cfg
+        rounds_by_model[model] = rounds
         for r in merged([rs for rs in rounds if rs]):
             row = {"model": model, "paradigm": r["paradigm"], "bandwidth": r["bandwidth"], "N": a.workers,
                    "predicted ms": 1e3 * r["predicted_step_s"], "measured ms": 1e3 * r["measured_step_s"] if "measured_step_s" in r else None,
@@ -121,7 +131,8 @@ def main(argv=None) -> None:
                    "predicted B/step": round(r["predicted_bytes_per_step"]),
                    "measured B/step": round(r["measured_bytes_per_step"]) if "measured_bytes_per_step" in r else None,
                    "bytes": "exact" if r.get("bytes_error") == 0 else (f"{100 * r['bytes_error']:+.3f} %" if "bytes_error" in r else ""),
-                   "bottleneck": r["bottleneck"], "_err": r.get("error"), "_noise": r.get("noise")}
+                   "bottleneck": r["bottleneck"], "drift": r.get("drift_range"), "_err": r.get("error"),
+                   "_raw": r.get("error_raw"), "_noise": r.get("noise")}
             rows.append(row)
             report.progress({k: v for k, v in row.items() if not k.startswith("_")})
     errs = [r["_err"] for r in rows if r["_err"] is not None]
@@ -131,6 +142,14 @@ def main(argv=None) -> None:
         notes = (f"Step time |error| over {len(errs)} runs: median {100 * med:.1f} %, "
                  f"90th percentile {100 * p90:.1f} % (target: 10 % and 20 %). Bytes exact in "
                  f"{sum(r['bytes'] == 'exact' for r in rows)}/{len(rows)} rows.")
+        raw = [r["_raw"] for r in rows if r["_err"] is not None and r.get("_raw") is not None]
+        if drifts:
+            rmed, rp90 = error_quantiles(raw)
+            notes += (f" Drift guard: each (round, bandwidth) is predicted from its profile as the host ran during "
+                      f"its runs (the profile's seconds times the lockstep span's ratio, before and after the runs "
+                      f"against right after the profile; column 'drift'), {len(drifts)} of them measured with it, "
+                      f"ratios {min(drifts):.2f}–{max(drifts):.2f}; from the profiles as measured the same rows' "
+                      f"|error| is median {100 * rmed:.1f} %, 90th percentile {100 * rp90:.1f} %.")
         noise = [r["_noise"] for r in rows if r.get("_noise") is not None]
         if noise:
             # what the measurement itself resolves: a model cannot be shown closer than its target's spread
@@ -151,7 +170,7 @@ def main(argv=None) -> None:
                   f"{within} of {len(ok)} predicted within 20 % of the measured one.")
     cols = ["model", "paradigm", "bandwidth", "N", "predicted ms", "measured ms"] + (
         ["spread ms", "repeats"] if a.repeats > 1 else []) + ["error", "predicted B/step", "measured B/step",
-                                                              "bytes", "bottleneck"]
+                                                              "bytes", "bottleneck", "drift"]
     t = report.Table(f"planner_N{a.workers}", f"Planner: predicted vs measured step time and bytes per worker per step, "
                      f"{a.workers} ranks, batch {a.batch} per worker"
                      + (f", medians of {a.repeats} interleaved rounds (spread: min–max)" if a.repeats > 1 else ""),
@@ -177,9 +196,10 @@ def unit_name(model: str, workers: int, batch: int, bandwidth: str, k: int, only
     return f"{model}-N{workers}-b{batch}-{slug(bandwidth)}-r{k}" + (f"-{slug(','.join(only))}" if only else "") + ".json"
 
 
-def save_unit(path: Path, prof, rows: list) -> None:
-    """One (round, bandwidth): its profile and what each run measured (``plan.verify_variant``'s
-    keys), written whole (``runstore.write_json``) so an interrupted sitting leaves none half."""
+def save_unit(path: Path, prof, rows: list, drift: Optional[dict] = None) -> None:
+    """One (round, bandwidth): its profile, what each run measured (``plan.verify_variant``'s
+    keys) and the drift guard's spans (:func:`drift_ratio`), written whole (``runstore.write_json``)
+    so an interrupted sitting leaves none half."""
     import datetime
     import os
 
@@ -188,6 +208,7 @@ def save_unit(path: Path, prof, rows: list) -> None:
                 for r in rows}
     path.parent.mkdir(parents=True, exist_ok=True)
     runstore.write_json(path, {"profile": prof.to_json(), "measured": measured, "load": list(os.getloadavg()),
+                               **({"drift": drift} if drift else {}),
                                "finished": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")})
 
 
@@ -204,6 +225,45 @@ def load_unit(path: Path):
         print(f"{path.name}: profile version {prof.version}, this code measures {PROFILE_VERSION}: measuring it again")
         return None
     return {**unit, "profile": prof}
+
+
+def drift_ratio(unit: dict) -> Optional[float]:
+    """How much slower the host ran during a (round, bandwidth)'s runs than when its profile was
+    taken: the mean of the lockstep spans (``profile.host_span``) before and after the runs over
+    the one right after the profile (the same estimator on both sides: the profile's own span is a
+    median of 3 releases for ResNet-18). None for a unit stored without the guard (before
+    2026-12-03 evening). The profile's span cannot stand in for the reference, and one span cannot
+    stand for a unit: on this VM Random-K's step went 1,377 → 1,311 → 1,646 ms over one round's
+    three units, and one launch's span of the small CNN reads 11.3–13.9 ms within two minutes."""
+    d = unit.get("drift")
+    if not d:
+        return None
+    return (d["before_s"] + d["after_s"]) / 2 / d["reference_s"]
+
+
+def unit_rows(unit: dict, overrides: list, bw: str, workers: int, only: list, out: Path):
+    """A stored (round, bandwidth) predicted again by the model as it is now and scored against its
+    runs: from its profile as the host ran during them (:func:`drift_ratio`,
+    ``Profile.drifted``), and, for the notes, from the profile as measured (``error_raw``). Returns
+    the rows and the runs' config (the crossovers are predicted on it)."""
+    from workbench.plan import _plan_rows, scored
+    ratio = drift_ratio(unit)
+    prof = unit["profile"].drifted(ratio) if ratio else unit["profile"]
+    plan_rows, (vs, _) = _plan_rows(overrides, [bw], [workers], prof, 1.0, "50us", only, str(out), print)
+    raw = {}
+    if ratio:
+        as_measured, _ = _plan_rows(overrides, [bw], [workers], unit["profile"], 1.0, "50us", only, str(out), print)
+        raw = {r["paradigm"]: r["predicted_step_s"] for r in as_measured}
+    out_rows = []
+    for r in plan_rows:
+        m = unit["measured"].get(r["paradigm"])
+        if m is None:
+            continue
+        row = {**scored(r, m), "_profile": prof, "drift": ratio}
+        if "measured_step_s" in m:
+            row["error_raw"] = raw.get(r["paradigm"], r["predicted_step_s"]) / m["measured_step_s"] - 1
+        out_rows.append(row)
+    return out_rows, vs[workers][0].cfg
 
 
 def crossovers(rounds_by_model: dict, cfgs: dict, workers: int) -> list:
@@ -260,28 +320,38 @@ def merged(rounds: list) -> list:
     ms (``measured_step_ms spread``), the median prediction (each round has its own profile) and
     the median of the rounds' errors, each a round's prediction against its own measurement (with
     one profile for every round that is the error of the median measurement); bytes are
-    deterministic, so their median is every round's count."""
-    if len(rounds) == 1:
-        return rounds[0]
-    keep = ("paradigm", "bandwidth", "workers", "predicted_step_s", "predicted_bytes_per_step", "bottleneck",
-            "measured_bytes_per_step", "bytes_error", "measured_status")
-    ms = lambda r: {"measured_step_ms": 1e3 * r["measured_step_s"]} if "measured_step_s" in r else {}  # noqa: E731
-    rows = report.merge_repeats([[{**{k: r[k] for k in keep if k in r}, **ms(r)} for r in rs] for rs in rounds],
-                                lambda r: (r["paradigm"], r["bandwidth"]), ["measured_step_ms"])
+    deterministic, so their median is every round's count. ``drift_range``: the drift guard's
+    ratios of the rounds' units (:func:`drift_ratio`), ``error_raw`` the median error without it."""
     raw: dict = {}
     for rs in rounds:
         for r in rs:
             if "measured_step_s" in r:
-                raw.setdefault((r["paradigm"], r["bandwidth"]), []).append((r["predicted_step_s"], r["measured_step_s"]))
+                raw.setdefault((r["paradigm"], r["bandwidth"]), []).append(
+                    (r["predicted_step_s"], r["measured_step_s"], r.get("error_raw"), r.get("drift")))
+    if len(rounds) == 1:
+        rows = [dict(r) for r in rounds[0]]
+    else:
+        keep = ("paradigm", "bandwidth", "workers", "predicted_step_s", "predicted_bytes_per_step", "bottleneck",
+                "measured_bytes_per_step", "bytes_error", "measured_status")
+        ms = lambda r: {"measured_step_ms": 1e3 * r["measured_step_s"]} if "measured_step_s" in r else {}  # noqa: E731
+        rows = report.merge_repeats([[{**{k: r[k] for k in keep if k in r}, **ms(r)} for r in rs] for rs in rounds],
+                                    lambda r: (r["paradigm"], r["bandwidth"]), ["measured_step_ms"])
     for r in rows:
-        if r.get("measured_step_ms"):
+        pairs = raw.get((r["paradigm"], r["bandwidth"]), [])
+        if not pairs:
+            continue
+        if len(rounds) > 1:
             r["measured_step_s"] = r["measured_step_ms"] / 1e3
-            pairs = raw.get((r["paradigm"], r["bandwidth"]), [])
-            r["predicted_step_s"] = statistics.median(p for p, _ in pairs)
-            r["error"] = statistics.median(p / m - 1 for p, m in pairs)
-            vals = [m for _, m in pairs]
+            r["predicted_step_s"] = statistics.median(p for p, *_ in pairs)
+            r["error"] = statistics.median(p / m - 1 for p, m, *_ in pairs)
+            vals = [m for _, m, *_ in pairs]
             if len(vals) > 1:  # (max − min) / median of the rounds: what the measurement itself resolves
                 r["noise"] = (max(vals) - min(vals)) / r["measured_step_s"]
+        unguarded = [e if e is not None else p / m - 1 for p, m, e, _ in pairs]
+        r["error_raw"] = statistics.median(unguarded)
+        ds = sorted(d for *_, d in pairs if d is not None)
+        if ds:
+            r["drift_range"] = f"{ds[0]:.2f}" if ds[0] == ds[-1] else f"{ds[0]:.2f}–{ds[-1]:.2f}"
     return rows
 
 

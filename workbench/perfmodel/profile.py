@@ -205,14 +205,15 @@ def measure_ranks(model, spec, b: int, meter, device, comm_device, steps: int,
             "beta_allreduce": v[3] / world, "span_at": span_at}
 
 
-def lockstep(model, x, y, meter, device, comm_device, min_reps: int) -> Tuple[float, ...]:
+def lockstep(model, x, y, meter, device, comm_device, min_reps: int, levels: Optional[List[int]] = None) -> Tuple[float, ...]:
     """What a synchronous step's compute costs when every rank must finish before any goes on,
     measured as it happens in one: ``span_at[k]``, with ranks 0..k−1 released together, the
     seconds from the first release to the *last* rank's end of zero_grad + forward + backward of
     one batch (the slowest worker sets the pace: on an oversubscribed host that is whichever rank
     the scheduler left waiting, about 2× one rank alone for 3 ranks on 2 cores where the mean
     rate is 1.5×). One host, one monotonic clock, so the ranks' timestamps compare. Medians over
-    at least ``min_reps`` releases and 0.3 s of compute per level."""
+    at least ``min_reps`` releases and 0.3 s of compute per level; ``levels``: those k only (default
+    1..N)."""
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -242,7 +243,7 @@ def lockstep(model, x, y, meter, device, comm_device, min_reps: int) -> Tuple[fl
     n = torch.tensor([max(min_reps, min(30, int(0.3 / max(one, 1e-6))))], dtype=torch.int64, device=comm_device)
     meter.all_reduce(n, "profile", op=dist.ReduceOp.MAX)
     reps = int(n.item())
-    return tuple(statistics.median(span(k) for _ in range(reps)) for k in range(1, world + 1))
+    return tuple(statistics.median(span(k) for _ in range(reps)) for k in (levels or range(1, world + 1)))
 
 
 def _collective_once(coll: str, dtype: str, nbytes: float, meter, comm_device) -> Callable[[], None]:
@@ -511,6 +512,33 @@ class Profile:
     def update_s(self, params: Optional[int] = None) -> float:
         return self.u * (self.params if params is None else params) / self.speedup
 
+    def drifted(self, ratio: float) -> "Profile":
+        """This profile on the same host running ``ratio`` times slower (``ratio`` < 1: faster), as
+        a VM's speed drifts within an hour (ResNet-18's 3-rank lockstep span 1.28 s at 12:16 and
+        1.55 s at 13:32 on one VM, no steal in ``vmstat``; docs/planner.md): every second it
+        measured times ``ratio``, every rate it measured divided by it. The host is taken to slow
+        down as a whole (compute, codecs, loopback collectives, the timed loops alike), which is
+        the one assumption a single number can carry; the emulated links' shapers, being the
+        cluster's and not the host's, are not touched. Unlike :meth:`with_speedup` (other hardware,
+        where the loops timed here no longer apply) the model reads it as the same host, loops
+        included. ``ratio`` comes from :func:`host_span` (``bench planner``'s drift guard)."""
+        if ratio == 1.0:
+            return self
+        p = copy.deepcopy(self)
+        times = lambda xs: tuple(v * ratio for v in xs)  # noqa: E731
+        p.t_c_at, p.t_f_at, p.span_at = times(p.t_c_at), times(p.t_f_at), times(p.span_at)
+        p.u, p.alpha = p.u * ratio, p.alpha * ratio
+        p.beta, p.beta_allreduce = p.beta / ratio, p.beta_allreduce / ratio
+        p.collectives = {k: v * ratio for k, v in p.collectives.items()}
+        p.collectives_idle = {k: v * ratio for k, v in p.collectives_idle.items()}
+        p.loops = {k: v * ratio for k, v in p.loops.items()}
+        for c in p.codecs.values():
+            for key in ("codec_s", "codec_shared_s"):
+                if key in c:
+                    c[key] = list(times(c[key]))
+        p.machine = {**p.machine, "drift": p.machine.get("drift", 1.0) * ratio}
+        return p
+
     def with_speedup(self, speedup: float) -> "Profile":
         p = copy.copy(self)
         p.speedup = speedup
@@ -594,7 +622,8 @@ def cache_path(cfg, ranks: int, root="experiments") -> Path:
 # ---------------------------------------------------------------------------------------------
 # Measuring: spawn the ranks here, profile, return rank 0's result
 
-def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, loop_fns, steps: int, queue) -> None:
+def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, loop_fns, steps: int, queue,
+             span_only: bool = False) -> None:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -616,6 +645,23 @@ def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, loop_
         b = int(cfg.data.batch_size)
         meter = Meter(cfg.cluster.timeout_s)
         cpu = torch.device("cpu")
+        if span_only:  # host_span: the lockstep span alone, on a batch drawn as measure_ranks draws it
+            x = torch.randn(b, spec.channels, spec.image_size, spec.image_size)
+            y = torch.randint(0, spec.num_classes, (b,))
+            # about 5 s of releases, at least ``steps``. More do not steady it: the small CNN's median
+            # of 1,000 releases read 11.3–13.9 ms in four launches within two minutes (of 30: 11.1–
+            # 13.6), so the spread is between launches (how the ranks land on the cores), not samples
+            def one_step():
+                model.zero_grad(set_to_none=True)
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+            n = torch.tensor([max(steps, min(1000, int(5 / max(_median_time(one_step, 3, cpu), 1e-6) / world)))],
+                             dtype=torch.int64)
+            dist.all_reduce(n, op=dist.ReduceOp.MAX)  # one count for every rank (see lockstep)
+            span_at = lockstep(model, x, y, meter, cpu, cpu, int(n.item()), levels=[world])
+            dist.barrier()
+            if rank == 0:
+                queue.put({"span_at": span_at})
+            return
 
         def make_optimizer(ps):
             o = cfg.optim
@@ -778,6 +824,34 @@ def _wait_for_result(queue, procs, cfg, ranks: int) -> dict:
     return res
 
 
+def _run_ranks(cfg, ranks: int, compressors, codec_fn, loop_fns, steps: int, span_only: bool = False) -> dict:
+    """Spawn the profile's ``ranks`` gloo processes (:func:`_spawned`) and return rank 0's result."""
+    import torch.multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_spawned, args=(r, ranks, port, cfg, compressors, codec_fn, loop_fns, steps, queue,
+                                                span_only), daemon=True)
+             for r in range(ranks)]
+    for p in procs:
+        p.start()
+    res = _wait_for_result(queue, procs, cfg, ranks)
+    if "error" in res:
+        raise ProfileError(f"profiling {cfg.model.name} on {ranks} ranks failed: {res['error']}")
+    return res
+
+
+def host_span(cfg, ranks: int, steps: int = 15) -> float:
+    """How fast this host is now, in the profile's own terms: :func:`lockstep`'s span with all
+    ``ranks`` released together (``span_at[-1]``) for ``cfg``'s model and batch, the median of at
+    least ``steps`` releases, in fresh processes, nothing else measured (ResNet-18 on 3 ranks: about
+    half a minute; the small CNN: seconds). Against a profile's it is how much slower the host has
+    become since that profile (:meth:`Profile.drifted`): ``bench planner`` takes it before and
+    after each (round, bandwidth)'s runs. At 5 releases ResNet-18's read 1.57–1.87 s within three
+    minutes here, as much as the drift it is to correct; hence 15, and the one level."""
+    return float(_run_ranks(cfg, ranks, {}, None, {}, steps, span_only=True)["span_at"][-1])
+
+
 def measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, steps: int = 3,
             codec_fn: Optional[Callable] = None, loop_fns: Optional[Dict[str, Callable]] = None) -> Profile:
     """Spawn ``ranks`` gloo processes on this machine and measure the profile of ``cfg``'s model,
@@ -789,17 +863,7 @@ def measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, st
     (``Profile.loops``; the caller passes :data:`workbench.ps.profile.LOOPS`, the parameter server's,
     and :func:`workbench.compress.profile.hook_loops`, each compressor's DDP hook).
     Seconds for the small models; a minute or more for VGG-16 on a loaded CPU."""
-    import torch.multiprocessing as mp
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_spawned, args=(r, ranks, port, cfg, compressors or {}, codec_fn, loop_fns or {}, steps, queue), daemon=True)
-             for r in range(ranks)]
-    for p in procs:
-        p.start()
-    res = _wait_for_result(queue, procs, cfg, ranks)
-    if "error" in res:
-        raise ProfileError(f"profiling {cfg.model.name} on {ranks} ranks failed: {res['error']}")
+    res = _run_ranks(cfg, ranks, compressors or {}, codec_fn, loop_fns or {}, steps)
     key = profile_key(cfg)
     threads = res.pop("threads")
     return Profile(model=key["model"], data=str(cfg.data.name), input_shape=key["input_shape"], batch=key["batch"],
