@@ -398,6 +398,41 @@ def test_bmuf_and_easgd_amortise_their_exchange():
     assert comp + U + (2 * (2 * 5e-5 + M / GBIT) + U) / 4 < a.step_s  # the queue costs something
 
 
+def test_bmuf_on_this_host_pays_the_loop_that_realigns_once_a_block():
+    """On the profiled ranks of one host, BMUF's and local SGD's compute is the profile's loop of a
+    block of free-running steps and a one-float all-reduce (``loops["aligned/<block>"]``), not the
+    lockstep span every step; elsewhere, or for another block, the span as before."""
+    from dataclasses import replace
+    prof = replace(PROF, ranks=4, span_at=(0.01, 0.02, 0.03, 0.04), loops={"aligned/8": 0.025})
+    here = P.Cluster(4, 1e9, 1e-5, allreduce_bandwidth=5e8, shared_host=True)
+    with_loop, other_block = P.bmuf(prof, here, block=8), P.bmuf(prof, here, block=4)
+    assert with_loop.terms["compute"] == 0.025 and other_block.terms["compute"] == pytest.approx(0.04)
+    ar = 4 * other_block.terms["allreduce"]  # the model's all-reduce, a quarter of it a step
+    assert with_loop.step_s == pytest.approx(other_block.step_s - 0.015 + (ar + U) * (1 / 8 - 1 / 4))
+    assert P.bmuf(prof, replace(here, ranks=3), block=8).terms["compute"] == pytest.approx(0.03)  # not profiled
+    assert P.bmuf(prof, net(4), block=8).terms["compute"] == pytest.approx(10 * 1.1e-3)  # a rank per host
+
+
+def _block_loop_on_ranks(rank, world, block):
+    import time as t
+
+    from workbench.meter import Meter
+    from workbench.perfmodel.profile import block_loop_s
+    steps = []
+    seconds = block_loop_s(Meter(60), "cpu", lambda: (steps.append(1), t.sleep(0.002 * (rank + 1))), 12, block)
+    return seconds, len(steps)
+
+
+def test_the_block_loop_waits_for_the_slowest_ranks_block():
+    """``profile.block_loop_s``: ``block`` steps then a one-float all-reduce, per step, agreed on by
+    the ranks; the slower rank (4 ms a step against 2) sets the period of both."""
+    from dist_utils import run_ranks
+    out = run_ranks(_block_loop_on_ranks, 2, 4, timeout_s=60)
+    (s0, n0), (s1, n1) = out[0], out[1]
+    assert s0 == s1 and n0 == n1 and n0 % 4 == 0 and n0 >= 4 * 3  # whole blocks, at least 3 of them
+    assert 0.004 <= s0 < 0.05  # at least the slower rank's sleep; the all-reduce waits for it
+
+
 def test_every_paradigm_pays_the_loops_own_bookkeeping_once_a_step():
     """The training loop's own seconds a step (the next batch, the meter's window, the records:
     ``Profile.bookkeeping_s``) add to every synchronous step once, and to an asynchronous worker's

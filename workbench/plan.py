@@ -287,16 +287,19 @@ def emulated_crossover_bps(cfg: DictConfig, prof: Profile, ranks: int, compresso
     return P.crossover_bps(prof, at(1.25e8), compressor, at=at)
 
 
-def profile_loops(cfg, compressors: Dict[str, object]) -> Dict[str, object]:
+def profile_loops(cfg, compressors: Dict[str, object], planned: Sequence = ()) -> Dict[str, object]:
     """The loops the profile times on every rank (``perfmodel.profile.measure(loop_fns=…)``), from
-    the layers that run them: the parameter server's, each compressor's DDP hook, and the training
-    loop's own bookkeeping for ``cfg``'s data."""
+    the layers that run them: the parameter server's, each compressor's DDP hook, the training
+    loop's own bookkeeping for ``cfg``'s data, and those the trainers of the ``planned`` configs
+    declare (``Trainer.profile_loops``: BMUF's block)."""
     from functools import partial
 
     from workbench.compress.profile import hook_loops
     from workbench.ps.profile import LOOPS
     from workbench.trainers.base import bookkeeping_loop_s
-    return {**LOOPS, **hook_loops(compressors), "bookkeeping": partial(bookkeeping_loop_s, cfg)}
+    from workbench.registry import TRAINERS
+    own = {k: v for c in planned for k, v in TRAINERS[c.trainer.name].profile_loops(c).items()}
+    return {**LOOPS, **hook_loops(compressors), "bookkeeping": partial(bookkeeping_loop_s, cfg), **own}
 
 
 def predict_rows(prof: Profile, vs_by_workers: Dict[int, List[Variant]], bandwidths: Sequence[str],
@@ -415,7 +418,7 @@ def _plan_rows(overrides, bandwidths, workers, profile, speedup, latency, only, 
         comps = {v.cfg.compressor.name: v.cfg.compressor for w in vs for v in vs[w] if v.trainer == "compressed"}
         from workbench.compress.profile import measure_codecs
         profile = load_or_measure(base, ranks, comps, root=root or base.output_root, log=log, refresh=refresh,
-                                  codec_fn=measure_codecs, loop_fns=profile_loops(base, comps))
+                                  codec_fn=measure_codecs, loop_fns=profile_loops(base, comps, [v.cfg for w in vs for v in vs[w]]))
     if speedup != 1.0:
         profile = profile.with_speedup(speedup * profile.speedup)
     return predict_rows(profile, vs, bandwidths, latency_s), (vs, profile)

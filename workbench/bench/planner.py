@@ -29,6 +29,14 @@ is scored against the same runs in seconds (``--resume`` with nothing missing ru
 round from another machine is scored against its own host; the crossovers are compared round by
 round for the same reason. The notes say how many were kept and when they were measured. Step
 times depend on the machine and its load (quoted with the table); bytes do not.
+
+A profile per round is not enough on a VM whose speed moves by 20–25 % within half an hour
+(docs/planner.md). So each (round, bandwidth) carries a drift guard: the lockstep span of all the
+ranks (``perfmodel.profile.host_span``, half a minute for ResNet-18) right after the round's
+profile, then before and after the unit's runs; the unit is predicted from its profile on a host
+slower by the ratio of their mean to the first (``Profile.drifted``: every measured second times
+it, the links' shapers untouched). The column ``drift`` shows the ratio (a range over the rounds),
+and the notes give the error without it.
 """
 from __future__ import annotations
 

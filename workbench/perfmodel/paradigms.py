@@ -603,10 +603,17 @@ def easgd(prof: Profile, cl: Cluster, servers: int = 1, period: int = 4, sync: b
 def bmuf(prof: Profile, cl: Cluster, block: int = 8) -> Prediction:
     """BMUF and local SGD: local steps, one all-reduce of the flat model per block."""
     p = cl.ranks
-    # The block all-reduce waits for the slowest rank's `block` local steps; on a shared host the
-    # scheduler's unfairness can outlast a block of a few steps (BMUF's 8 small-CNN steps measured
-    # 7.2–11.8 ms per step against the mean rank's 6.7), so the ranks pay the lockstep span, as `sync` does.
-    comp = max(_worker_compute(prof, cl, p, lockstep=True))
+    # The block all-reduce waits for the slowest rank's `block` local steps. On a shared host that
+    # is the profile's loop of `block` steps and a one-float all-reduce (``loops["aligned/<block>"]``,
+    # ``profile.block_loop_s``), where the profile timed it for these ranks: the scheduler's
+    # unfairness evens out over a block only in part (the small CNN: lockstep span 12.7 ms, the
+    # mean rank 6.3, BMUF's and local SGD's steps 10.3–11.3 ms, 2026-12-03; with the span the rows
+    # were +29 % to +49 % on loopback). Without it, the lockstep span, as `sync` pays.
+    loop = prof.loops.get(f"aligned/{block}")
+    if loop is not None and cl.shares_cores and cl.ranks == prof.ranks and prof.speedup == 1.0 and not cl.stragglers:
+        comp = loop
+    else:
+        comp = max(_worker_compute(prof, cl, p, lockstep=True))
     upd = prof.update_s()
     ar = _collective_s(prof, cl, "allreduce", "float32", prof.model_bytes)
     if _timed_here(prof, cl):  # looked up, as in `_dp`: the shaper waits on top, once a block

@@ -313,6 +313,33 @@ def aligned_loop_s(meter, comm_device, step: Callable[[], None], reps: int) -> f
     return step_collectives_loop_s([("allreduce", "float32", 4)], meter, comm_device, step, reps)
 
 
+def block_loop_s(meter, comm_device, step: Callable[[], None], reps: int, block: int) -> float:
+    """Seconds per step of ``block`` free-running steps and then an all-reduce of one float, on
+    every rank, the ranks' mean over at least 3 blocks (``Profile.loops["aligned/<block>"]``): the
+    compute of a protocol that re-aligns its ranks once a block (BMUF, local SGD). On a shared host
+    that is neither the lockstep span (a step's worst rank, paid every step) nor the mean rank's
+    rate: the scheduler's unfairness evens out over a block only in part (the small CNN's 3 ranks on
+    2 cores: span 12.7 ms, the mean rank 6.3, BMUF's and local SGD's steps 10.3–11.3 ms)."""
+    once = _collective_once("allreduce", "float32", 4, meter, comm_device)
+    import torch.distributed as dist
+
+    def body(i: int = 0):
+        for _ in range(block):
+            step()
+        once()
+    meter.barrier("profile")
+    return mean_over_ranks(free_running_period(body, max(3, reps // block)) / block, meter, comm_device,
+                           dist.get_world_size())
+
+
+def every_block(block: int) -> Callable:
+    """The profile's loop function (``measure(loop_fns=…)``) of :func:`block_loop_s`, for a trainer
+    that re-aligns its ranks every ``block`` steps to declare (``Trainer.profile_loops``)."""
+    def loop(model, step, meter, comm_device, make_optimizer, reps, **_):
+        return block_loop_s(meter, comm_device, step, reps, block)
+    return loop
+
+
 def step_collectives_loop_s(items, meter, comm_device, step: Callable[[], None], reps: int) -> float:
     """Seconds per period of a loop of ``step()`` and then a step's whole set of collectives
     (``items``: (collective, dtype, bytes), in a step's order), the ranks' mean.
@@ -418,7 +445,8 @@ class Profile:
     collectives_idle: Dict[str, float] = field(default_factory=dict)
     # loops timed here: name -> s per worker step; "ddp": DDP's own (``ddp_loop_s``), and those of the
     # layers that run them (``measure(loop_fns=...)``), e.g. "ps/async", "ps/sync": the parameter
-    # server's, ranks − 1 workers and one server; "compressed/<c>": DDP with compressor c's hook
+    # server's, ranks − 1 workers and one server; "compressed/<c>": DDP with compressor c's hook;
+    # "aligned/<B>": steps that re-align once every B (``block_loop_s``, BMUF's and local SGD's)
     loops: Dict[str, float] = field(default_factory=dict)
     # compressor -> {"payloads": [[{collective, bytes, category}...] per bucket], "codec_s": [...] (rank 0
     # alone), "codec_shared_s": [...] (every rank at once, the ranks' mean)}

@@ -155,6 +155,13 @@ class Trainer:
         options for ``cfg`` (a trainer that plans variants must say which model predicts them)."""
         raise NotImplementedError(f"trainer {cls.name!r} declares no performance model")
 
+    @classmethod
+    def profile_loops(cls, cfg: DictConfig) -> Dict[str, Callable]:
+        """Loops of this paradigm the planner's profile times on every rank, by the name its
+        performance model looks up in ``Profile.loops`` (``perfmodel.profile.measure(loop_fns=…)``);
+        none by default."""
+        return {}
+
     # -- what the bytes suite counts (workbench.bench.bytes) -------------------------------------------
     @classmethod
     def bench_variants(cls, workers: int) -> List[Tuple[str, List[str]]]:

@@ -78,6 +78,12 @@ class BMUFTrainer(Trainer):
         return paradigms.bmuf, {"block": int(cfg.trainer.block)}
 
     @classmethod
+    def profile_loops(cls, cfg):
+        # the ranks re-align once a block, not every step (paradigms.bmuf)
+        from workbench.perfmodel.profile import every_block
+        return {f"aligned/{int(cfg.trainer.block)}": every_block(int(cfg.trainer.block))}
+
+    @classmethod
     def validate(cls, cfg) -> None:
         t = cfg.trainer
         if t.block < 1:
