@@ -256,7 +256,7 @@ def test_planner_suite_resumes_and_predicts_kept_rounds_again(tmp_path):
     assert {r["drift"] for r in measured.values()} == {lo if lo == hi else f"{lo}–{hi}"}
     out = _suite(tmp_path, "planner", "--repeats", "2", "--resume")  # nothing missing: nothing runs
     assert runs() == first and "2 of 2 (round, bandwidth) measurements were kept" in out
-    assert "Drift guard: each (round, bandwidth) is predicted from its profile as the host ran" in out
+    assert "Drift guard (column 'drift'): the lockstep span of every rank in a fresh launch" in out
     assert {k: r["measured ms"] for k, r in table().items()} == {k: r["measured ms"] for k, r in measured.items()}
     units[1].unlink()  # round 2 cut off: only its runs again
     out = _suite(tmp_path, "planner", "--repeats", "2", "--resume")
