@@ -417,6 +417,18 @@ def test_bmuf_on_this_host_pays_the_loop_that_realigns_once_a_block():
     assert P.bmuf(prof, net(4), block=8).terms["compute"] == pytest.approx(10 * 1.1e-3)  # a rank per host
 
 
+def test_the_profile_times_the_block_of_each_planned_bmuf_variant():
+    """The trainers bring their loops (``Trainer.profile_loops``): a BMUF or local SGD variant
+    planned with block B adds ``aligned/<B>`` to the loops the profile times, others add none."""
+    import workbench
+    from workbench.plan import profile_loops
+    base = workbench.compose([])
+    cfgs = [workbench.compose(o) for o in (["trainer=bmuf", "trainer.block=4"], ["trainer=local_sgd"], ["trainer=sync"])]
+    loops = profile_loops(base, {}, cfgs)
+    assert {k for k in loops if k.startswith("aligned/")} == {"aligned/4", "aligned/8"}
+    assert not [k for k in profile_loops(base, {}, cfgs[2:]) if k.startswith("aligned/")]
+
+
 def _block_loop_on_ranks(rank, world, block):
     import time as t
 

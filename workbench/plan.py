@@ -297,7 +297,7 @@ def profile_loops(cfg, compressors: Dict[str, object], planned: Sequence = ()) -
     from workbench.compress.profile import hook_loops
     from workbench.ps.profile import LOOPS
     from workbench.trainers.base import bookkeeping_loop_s
-    from workbench.registry import TRAINERS
+    from workbench.trainers import TRAINERS
     own = {k: v for c in planned for k, v in TRAINERS[c.trainer.name].profile_loops(c).items()}
     return {**LOOPS, **hook_loops(compressors), "bookkeeping": partial(bookkeeping_loop_s, cfg), **own}
 

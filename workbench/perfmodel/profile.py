@@ -332,12 +332,16 @@ def block_loop_s(meter, comm_device, step: Callable[[], None], reps: int, block:
                            dist.get_world_size())
 
 
+def _block_loop(model, step, meter, comm_device, make_optimizer, reps, block: int = 1, **_) -> float:
+    return block_loop_s(meter, comm_device, step, reps, block)
+
+
 def every_block(block: int) -> Callable:
     """The profile's loop function (``measure(loop_fns=…)``) of :func:`block_loop_s`, for a trainer
-    that re-aligns its ranks every ``block`` steps to declare (``Trainer.profile_loops``)."""
-    def loop(model, step, meter, comm_device, make_optimizer, reps, **_):
-        return block_loop_s(meter, comm_device, step, reps, block)
-    return loop
+    that re-aligns its ranks every ``block`` steps to declare (``Trainer.profile_loops``); a
+    partial of a module function, as the ranks are spawned and take it pickled."""
+    from functools import partial
+    return partial(_block_loop, block=block)
 
 
 def step_collectives_loop_s(items, meter, comm_device, step: Callable[[], None], reps: int) -> float:
