@@ -732,9 +732,11 @@ def test_verify_json_small_cnn_three_ranks_bytes_exact(tmp_path, capsys):
         assert math.isfinite(r["error"]) and r["measured_step_s"] > 0
     # the profile timed the parameter server's loops on these ranks (what the loopback PS rows use), the
     # step with a one-float all-reduce (what the collectives are priced beyond),
-    # each step's collectives together, each compressor's own loop, and every codec with every rank encoding at once
+    # each step's collectives together, each compressor's own loop, BMUF's block (its trainer's
+    # loop), and every codec with every rank encoding at once
     prof = Profile.load(next((tmp_path / "profiles").glob("*.json")))
     assert set(prof.loops) == {"ps/async", "ps/async/header", "ps/sync", "ddp", "collectives/sync", "bookkeeping", "aligned",
+                               "aligned/8",
                                *(f"collectives/{c}" for c in prof.codecs), *(f"compressed/{c}" for c in prof.codecs)}
     assert min(prof.loops.values()) > 0
     assert set(prof.codecs) == {"topk", "powersgd", "fp16"}
