@@ -220,10 +220,16 @@ def _collective_s(prof: Profile, cl: Cluster, collective: str, dtype: str, nbyte
     return C.allgather_time(nbytes + 8, cl.ranks, cl.bandwidth, cl.latency, messages=2)
 
 
+def _profiled_ranks_here(prof: Profile, cl: Cluster) -> bool:
+    """The row runs the profiled ranks on this host at the profile's own speed, on loopback or
+    behind the emulated links: the loops the profile timed hold its host work."""
+    return cl.shares_cores and cl.ranks == prof.ranks and prof.speedup == 1.0
+
+
 def _loop_here(prof: Profile, cl: Cluster) -> bool:
     """The row is a loop the profile timed (``Profile.loops``): loopback, the profiled ranks, the
     profile's own speed."""
-    return cl.shared_host and cl.ranks == prof.ranks and prof.speedup == 1.0
+    return cl.shared_host and _profiled_ranks_here(prof, cl)
 
 
 def ddp_overhead_s(prof: Profile, cl: Cluster, compressor: Optional[str] = None) -> float:
@@ -241,8 +247,7 @@ def ddp_overhead_s(prof: Profile, cl: Cluster, compressor: Optional[str] = None)
     own = f"compressed/{compressor}" if compressor is not None else "ddp"
     name = own if own in prof.loops else "ddp"
     loop = prof.loops.get(name)
-    if loop is None or not prof.collectives or not (cl.shares_cores and cl.ranks == prof.ranks
-                                                    and prof.speedup == 1.0):  # beyond the collectives it timed
+    if loop is None or not prof.collectives or not _profiled_ranks_here(prof, cl):  # beyond the collectives it timed
         return 0.0
     parts = prof.beyond_step_s(f"collectives/{compressor}" if name != "ddp" else "collectives/sync")
     if parts is None:
@@ -622,7 +627,7 @@ def bmuf(prof: Profile, cl: Cluster, block: int = 8) -> Prediction:
     # mean rank 6.3, BMUF's and local SGD's steps 10.3–11.3 ms, 2026-12-03; with the span the rows
     # were +29 % to +49 % on loopback). Without it, the lockstep span, as `sync` pays.
     loop = prof.loops.get(f"aligned/{block}")
-    if loop is not None and cl.shares_cores and cl.ranks == prof.ranks and prof.speedup == 1.0 and not cl.stragglers:
+    if loop is not None and _profiled_ranks_here(prof, cl) and not cl.stragglers:
         comp = loop
     else:
         comp = max(_worker_compute(prof, cl, p, lockstep=True))

@@ -205,15 +205,16 @@ def measure_ranks(model, spec, b: int, meter, device, comm_device, steps: int,
             "beta_allreduce": v[3] / world, "span_at": span_at}
 
 
-def lockstep(model, x, y, meter, device, comm_device, min_reps: int, levels: Optional[List[int]] = None) -> Tuple[float, ...]:
+def lockstep(model, x, y, meter, device, comm_device, min_reps: int, levels: Optional[List[int]] = None,
+             seconds: float = 0.3, max_reps: int = 30) -> Tuple[float, ...]:
     """What a synchronous step's compute costs when every rank must finish before any goes on,
     measured as it happens in one: ``span_at[k]``, with ranks 0..k−1 released together, the
     seconds from the first release to the *last* rank's end of zero_grad + forward + backward of
     one batch (the slowest worker sets the pace: on an oversubscribed host that is whichever rank
     the scheduler left waiting, about 2× one rank alone for 3 ranks on 2 cores where the mean
     rate is 1.5×). One host, one monotonic clock, so the ranks' timestamps compare. Medians over
-    at least ``min_reps`` releases and 0.3 s of compute per level; ``levels``: those k only (default
-    1..N)."""
+    at least ``min_reps`` releases and ``seconds`` of one rank's compute per level, at most
+    ``max_reps`` beyond ``min_reps``; ``levels``: those k only (default 1..N)."""
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -240,7 +241,8 @@ def lockstep(model, x, y, meter, device, comm_device, min_reps: int, levels: Opt
     # every rank must issue the same number of collectives: each rank's own timing gave its own
     # count, and 9 ranks on 2 cores disagreed and deadlocked (one rank on to DDP's broadcast, eight
     # in this barrier); the largest count, agreed on
-    n = torch.tensor([max(min_reps, min(30, int(0.3 / max(one, 1e-6))))], dtype=torch.int64, device=comm_device)
+    n = torch.tensor([max(min_reps, min(max_reps, int(seconds / max(one, 1e-6))))], dtype=torch.int64,
+                     device=comm_device)
     meter.all_reduce(n, "profile", op=dist.ReduceOp.MAX)
     reps = int(n.item())
     return tuple(statistics.median(span(k) for _ in range(reps)) for k in (levels or range(1, world + 1)))
@@ -683,13 +685,7 @@ def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, loop_
             # about 5 s of releases, at least ``steps``. More do not steady it: the small CNN's median
             # of 1,000 releases read 11.3–13.9 ms in four launches within two minutes (of 30: 11.1–
             # 13.6), so the spread is between launches (how the ranks land on the cores), not samples
-            def one_step():
-                model.zero_grad(set_to_none=True)
-                torch.nn.functional.cross_entropy(model(x), y).backward()
-            n = torch.tensor([max(steps, min(1000, int(5 / max(_median_time(one_step, 3, cpu), 1e-6) / world)))],
-                             dtype=torch.int64)
-            dist.all_reduce(n, op=dist.ReduceOp.MAX)  # one count for every rank (see lockstep)
-            span_at = lockstep(model, x, y, meter, cpu, cpu, int(n.item()), levels=[world])
+            span_at = lockstep(model, x, y, meter, cpu, cpu, steps, levels=[world], seconds=5 / world, max_reps=1000)
             dist.barrier()
             if rank == 0:
                 queue.put({"span_at": span_at})
