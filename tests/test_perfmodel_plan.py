@@ -340,7 +340,8 @@ def test_ps_rows_on_this_host_take_the_loop_the_profile_timed():
     profile timed beyond the workers' lockstep span, and the asynchronous rows and Stanza take the
     in-loop point-to-point line: the α' at which ``ps/async``'s queue cycles in the header-only
     loop, then the β' at which it cycles in the whole model's. n-softsync and EASGD then follow by
-    hand on that line; other ranks, an emulated link or a speed-up keep the idle α-β."""
+    hand on that line; other ranks or a speed-up keep the idle α-β (an emulated link here takes the
+    line as its floor: the next test)."""
     import dataclasses
     from workbench.plan import cluster_for
     import workbench
@@ -372,7 +373,7 @@ def test_ps_rows_on_this_host_take_the_loop_the_profile_timed():
     assert P.loop_link(fast, here).latency == 0.0 and P.loop_link(fast, here).bandwidth == math.inf
     assert P.loop_link(dataclasses.replace(PROF, loops={"ps/async": 0.05}), here) is here  # both loops, or none
     # elsewhere the α-β exchange, as without the loops
-    for cl in (cluster_for(cfg, prof, 3, "loopback", 5e-5), cluster_for(cfg, prof, 4, "emulated:1gbit", 5e-5), net(4)):
+    for cl in (cluster_for(cfg, prof, 3, "loopback", 5e-5), cluster_for(cfg, prof, 3, "emulated:1gbit", 5e-5), net(4)):
         assert P.ps_async(prof, cl).step_s == P.ps_async(PROF, cl).step_s
         assert P.ps_sync(prof, cl).step_s == P.ps_sync(PROF, cl).step_s
     assert P.ps_async(prof.with_speedup(2.0), here).step_s == P.ps_async(PROF.with_speedup(2.0), here).step_s
@@ -385,6 +386,34 @@ def test_ps_rows_on_this_host_take_the_loop_the_profile_timed():
     assert rows["ps/async"]["simulated"] is True and rows["ps/async"]["mean_staleness"] > 0
     assert rows["staleness/n=1"]["predicted_step_s"] == pytest.approx(queued(1, 0, U / 3))
     assert rows["ps/sync"]["predicted_step_s"] == pytest.approx(0.06)
+
+
+def test_ps_async_behind_the_shapers_here_never_beats_the_in_loop_line():
+    """Behind the emulated links at the profiled ranks a PS message takes the slower of two stages
+    of one pipeline: this host's idle stack plus the token bucket's wait, or the loopback's in-loop
+    line on the same cores. A fast link's exchange is the in-loop one; a slow link's is the bucket's
+    wait, as without the loops; ps/sync (its own lockstep phases) is untouched."""
+    import dataclasses
+    import workbench
+    from workbench.plan import cluster_for
+    cfg = workbench.compose([])
+    prof = dataclasses.replace(PROF, loops={"ps/async": 0.05, "ps/async/header": 0.04, "ps/sync": 0.06})
+    line = P.loop_link(prof, cluster_for(cfg, prof, 4, "loopback", 5e-5))
+    in_loop = 2 * (2 * line.latency + M / line.bandwidth)  # push and pull, a header and a payload each
+    fast = cluster_for(cfg, prof, 4, "emulated:10gbit", 5e-5)
+    idle = 2 * (2 * prof.alpha + M / prof.beta)
+    assert M < fast.shaper_burst and idle < in_loop  # the burst holds the model: only the stacks differ
+    a = P.ps_async(prof, fast)
+    assert a.terms["exchange"] == pytest.approx(in_loop + U, rel=1e-9)
+    assert P.ps_async(PROF, fast).terms["exchange"] == pytest.approx(idle + U, rel=1e-9)
+    assert P.easgd(prof, fast, period=4).terms["exchange"] == pytest.approx((in_loop + U) / 4, rel=1e-9)
+    assert P.staleness(prof, fast, n=1).terms["exchange"] == pytest.approx(in_loop + U / 3, rel=1e-9)
+    slow = cluster_for(cfg, prof, 4, "emulated:10mbit", 5e-5)
+    assert P.ps_async(prof, slow).step_s == P.ps_async(PROF, slow).step_s  # the bucket's wait dominates
+    assert P.ps_sync(prof, fast).step_s == P.ps_sync(PROF, fast).step_s
+    # not the profiled ranks, or another speed: the idle stack, as before
+    for cl, pr in ((cluster_for(cfg, prof, 3, "emulated:10gbit", 5e-5), prof), (fast, prof.with_speedup(2.0))):
+        assert P.ps_async(pr, cl).step_s == P.ps_async(dataclasses.replace(pr, loops={}), cl).step_s
 
 
 def test_bmuf_and_easgd_amortise_their_exchange():

@@ -28,7 +28,9 @@ AR(n, p) / AG(n, p) / PS(n, W, S) the collective times of :mod:`workbench.perfmo
   and a payload each way). Throughput in gradients per second is Σ_i 1/T_i,
   T_i = C_W·f_i + d_i + 2·PS(M, 1, S) + U/(S·c), capped by the servers at 1/s. Behind this
   host's emulated links every transfer of the PS rows passes the token buckets of both ends: what
-  a bucket refilled while its direction idled goes at the host's speed, the rest at the rate.
+  a bucket refilled while its direction idled goes at the host's speed, the rest at the rate; at
+  the profiled ranks a message never goes faster than the loopback's in-loop line below (the
+  host's copies and the bucket are two stages of one pipeline: :func:`_behind_shaper_s`).
   On loopback at the profiled ranks with one server the profile timed the PS loop itself
   (``Profile.loops``): ``ps/sync`` is its hardsync period beyond the workers' lockstep span, and
   the asynchronous rows (and Stanza's transfers) take the point-to-point line α', β' at which
@@ -378,26 +380,43 @@ def _ps_phase_s(prof: Profile, cl: Cluster, workers: int, servers: int, busy_s: 
     return _increasing_root(lambda x: x - phase(busy_s + x), 0.0, phase(busy_s), 60)
 
 
-def _ps_exchange_s(prof: Profile, cl: Cluster, servers: int, worker_idle: float, server_idle: float) -> float:
+def _behind_shaper_s(cl: Cluster, floor: Optional[Cluster], nbytes: float, wait: float) -> float:
+    """One PS message of ``nbytes`` behind token buckets: this host's stack, then the bucket's
+    ``wait``, in series, but never faster than ``floor``, the in-loop line of the same ranks on the
+    same cores (:func:`_host_line`). The two are stages of one pipeline: the bytes the bucket holds
+    back leave the sender's copies and the receiver's core waits time to happen meanwhile, so the
+    message takes the slower stage, not their sum. The idle ping-pong's stack alone priced the
+    small CNN's 605 KB at 1.0 ms a message where the loop on the same cores takes 4.6, and the
+    asynchronous rows were −15 to −45 % at 200 Mbit/s – 4 Gbit/s; the sum over-predicted 1 and
+    4 Gbit/s by 13–40 % (docs/planner.md)."""
+    idle = C.PS_MESSAGES * cl.latency + nbytes / _host_bandwidth(cl) + wait
+    if floor is None:
+        return idle
+    return max(idle, C.PS_MESSAGES * floor.latency + nbytes / floor.bandwidth)
+
+
+def _ps_exchange_s(prof: Profile, cl: Cluster, servers: int, worker_idle: float, server_idle: float,
+                   floor: Optional[Cluster] = None) -> float:
     """One worker's push and pull of the model when the servers are free: a header and a payload
     each way. Behind token buckets the worker's link carries M, each server's M/S, each direction
-    starting with the tokens refilled while it idled (``worker_idle``, ``server_idle``)."""
+    starting with the tokens refilled while it idled (``worker_idle``, ``server_idle``), each
+    message at least ``floor``'s (:func:`_behind_shaper_s`)."""
     n = prof.model_bytes
     if cl.shaper_rate <= 0:
         return 2 * C.ps_transfer_time(n, 1, servers, cl.bandwidth, cl.latency)
-    one_way = C.PS_MESSAGES * cl.latency + n / _host_bandwidth(cl) + max(
-        shaper_delay_s(cl, n, worker_idle), shaper_delay_s(cl, n / servers, server_idle))
-    return 2 * one_way
+    wait = max(shaper_delay_s(cl, n, worker_idle), shaper_delay_s(cl, n / servers, server_idle))
+    return 2 * _behind_shaper_s(cl, floor, n, wait)
 
 
-def _ps_service_s(prof: Profile, cl: Cluster, servers: int, server_idle: float) -> float:
+def _ps_service_s(prof: Profile, cl: Cluster, servers: int, server_idle: float,
+                  floor: Optional[Cluster] = None) -> float:
     """A server's busy time per exchange (``collectives.server_service_time``); behind a token
     bucket the push in waits for what the bucket did not refill in ``server_idle``."""
     if cl.shaper_rate <= 0:
         return C.server_service_time(prof.model_bytes, servers, cl.bandwidth, cl.latency)
     shard = prof.model_bytes / servers
-    return (C.PS_MESSAGES * cl.latency + shard / _host_bandwidth(cl) + shaper_delay_s(cl, shard, server_idle)
-            + max(0.0, shard - C.SEND_BUFFER) / cl.shaper_rate)
+    wait = shaper_delay_s(cl, shard, server_idle) + max(0.0, shard - C.SEND_BUFFER) / cl.shaper_rate
+    return _behind_shaper_s(cl, floor, shard, wait)
 
 
 def ps_loop_s(prof: Profile, cl: Cluster, mode: str, servers: int = 1) -> Optional[float]:
@@ -482,16 +501,18 @@ def _async(prof: Profile, cl: Cluster, workers: int, servers: int, per_exchange_
     mostly pass in the refilled burst: 2 workers cycled in 10.1 ms where 8/rate a byte said 14.3.
     On loopback at the profiled ranks the callers pass the in-loop link (:func:`loop_link`), and
     ``book``, the training loop's own seconds a step (``Profile.bookkeeping_s``), which the PS loops
-    the in-loop link is fitted to do not run."""
+    the in-loop link is fitted to do not run. Behind the emulated links on this host that in-loop
+    line is the floor of every message (:func:`_behind_shaper_s`)."""
     comps = _worker_compute(prof, cl, workers)
+    floor = _host_line(prof, cl, servers) if cl.shaper_rate > 0 and _profiled_ranks_here(prof, cl) else None
     upd = (prof.update_s() if local_update else 0.0) + book
     local = min(per_exchange_steps * (c + upd) for c in comps)  # a worker's link idles at least this long
 
     def solve(server_idle: float):
         # a worker's exchange when the servers are free: header + payload out, then back, and the update
-        exch = _ps_exchange_s(prof, cl, servers, local, server_idle) + per_update
+        exch = _ps_exchange_s(prof, cl, servers, local, server_idle, floor) + per_update
         cycles = [per_exchange_steps * (c + upd) + exch for c in comps]  # seconds per exchange, per worker, alone
-        service = _ps_service_s(prof, cl, servers, server_idle) + per_update
+        service = _ps_service_s(prof, cl, servers, server_idle, floor) + per_update
         service = min(service, min(cycles))  # the part of an exchange spent at the servers
         x, resid = mva([t - service for t in cycles], service)  # exchanges/s per worker, time at the servers
         return exch, cycles, service, x, resid
@@ -655,7 +676,7 @@ def stanza_inputs(prof: Profile, cl: Cluster, batch: Optional[int] = None) -> st
                            t_c_at=at(prof.t_c_at), t_f_at=at(prof.t_f_at))
 
 
-def _host_line(prof: Profile, cl: Cluster) -> Cluster:
+def _host_line(prof: Profile, cl: Cluster, servers: int = 1) -> Cluster:
     """Behind the emulated links' shapers: ``cl`` with this host's own part of a transfer alone, the
     shaper's wait left to the caller. The same ranks on the same cores and scheduler as on this
     host's loopback, so the part is the loopback's line in the loop where the profile timed it
@@ -663,7 +684,7 @@ def _host_line(prof: Profile, cl: Cluster) -> Cluster:
     twin = replace(cl, shared_host=True, cores_shared=False, shaper_rate=0.0, shaper_burst=0.0, host_bandwidth=0.0,
                    host_allreduce_bandwidth=0.0, bandwidth=_host_bandwidth(cl),
                    allreduce_bandwidth=_host_bandwidth(cl, ring=True))
-    line = loop_link(prof, twin)
+    line = loop_link(prof, twin, servers)
     return replace(cl, bandwidth=line.bandwidth, latency=line.latency, allreduce_bandwidth=line.allreduce_bandwidth)
 
 
