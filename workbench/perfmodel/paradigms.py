@@ -504,7 +504,7 @@ def _async(prof: Profile, cl: Cluster, workers: int, servers: int, per_exchange_
     the in-loop link is fitted to do not run. Behind the emulated links on this host that in-loop
     line is the floor of every message (:func:`_behind_shaper_s`)."""
     comps = _worker_compute(prof, cl, workers)
-    floor = _host_line(prof, cl, servers) if cl.shaper_rate > 0 and _profiled_ranks_here(prof, cl) else None
+    floor = _host_line(prof, cl, servers) if cl.shaper_rate > 0 else None  # the idle stack where no loop was timed
     upd = (prof.update_s() if local_update else 0.0) + book
     local = min(per_exchange_steps * (c + upd) for c in comps)  # a worker's link idles at least this long
 
