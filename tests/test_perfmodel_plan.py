@@ -834,6 +834,17 @@ def test_the_planner_suite_locates_crossovers_on_the_emulated_links():
     cl = cluster_for(cfg, PROF, 4, f"emulated:{bps:.3f}bit", 5e-5)
     assert cl.cores_shared and P.sync(PROF, cl).step_s == pytest.approx(P.compressed(PROF, cl, "powersgd").step_s, rel=1e-6)
     assert crossovers({"m": [rows[:1] + rows[4:]]}, {"m": cfg}, 4) == []  # one emulated rate: nothing to locate
+    assert c["read / measured"] is None  # rows without predictions: nothing to read
+    # the model read at the sweep's rates: its speed-ups there (2.5 at 50 Mbit/s, 0.8 at 800), log-linear
+    pred = {("sync", "emulated:50mbit"): 100.0, ("sync", "emulated:800mbit"): 16.0,
+            ("compressed/powersgd", "emulated:50mbit"): 40.0, ("compressed/powersgd", "emulated:800mbit"): 20.0}
+    for r in rows:
+        if (r["paradigm"], r["bandwidth"]) in pred:
+            r["predicted_step_s"] = pred[(r["paradigm"], r["bandwidth"])] / 1e3
+    (c,) = crossovers({"m": [rows]}, {"m": cfg}, 4)
+    read = math.exp(math.log(50e6) + (1.5 / 1.7) * (math.log(800e6) - math.log(50e6)))
+    assert c["predicted, read at the sweep's rates"] == f"{read / 1e6:.3g} Mbit/s"
+    assert c["read / measured"] == f"{read / measured:.2f}"
 
 
 def test_bmuf_behind_emulated_links_pays_the_shaper_once_a_block():

@@ -177,8 +177,11 @@ def main(argv=None) -> None:
     if cross:
         ok = [c for c in cross if c["_ratio"] is not None]
         within = sum(abs(c["_ratio"] - 1) <= 0.2 for c in ok)
+        read = sum(c["_read_ratio"] is not None and abs(c["_read_ratio"] - 1) <= 0.2 for c in cross)
         notes += (f" Compression crossovers located by the sweep: {len(ok)} of {len(cross)} compressors; "
-                  f"{within} of {len(ok)} predicted within 20 % of the measured one.")
+                  f"{within} of {len(ok)} predicted within 20 % of the measured one (the target), {read} read at "
+                  f"the sweep's rates (the model's speed-ups at the measured rates, read between them as the "
+                  f"measured ones are).")
     cols = ["model", "paradigm", "bandwidth", "N", "predicted ms", "measured ms"] + (
         ["spread ms", "repeats"] if a.repeats > 1 else []) + ["error", "predicted B/step", "measured B/step",
                                                               "bytes", "bottleneck", "drift"]
@@ -189,8 +192,10 @@ def main(argv=None) -> None:
     tables = [t] + ([report.Table(f"crossover_N{a.workers}", "Compression crossover on the emulated links: the link "
                                   "rate below which a compressor beats sync, per round measured (log-linear between "
                                   "the measured rates, as the bandwidth suite) vs the model's from that round's "
-                                  "profile (bisection of its predicted gain on the same emulated cluster); the "
-                                  "ratio is the median of the rounds' ratios",
+                                  "profile (bisection of its predicted gain on the same emulated cluster) and "
+                                  "read at the sweep's rates (the model's speed-ups at the measured rates, "
+                                  "log-linear between them as the measured one); each ratio is the median of "
+                                  "the rounds' ratios",
                                   [{k: v for k, v in c.items() if not k.startswith("_")} for c in cross])] if cross else [])
     cmd = ("python -m workbench.bench planner " + " ".join(argv if argv is not None else [])).strip()
     # one section per model set, so a second command (another model) adds its table, not replaces
@@ -287,7 +292,10 @@ def crossovers(rounds_by_model: dict, cfgs: dict, workers: int) -> list:
     the two rates it falls between) and the model's from the round's own profile (the median over
     its profiles where a resumed round has more than one), on the same emulated cluster. The ratio
     is the median of the rounds' ratios, so rounds taken on other days or machines each compare a
-    prediction with the runs it was made for. [] with fewer than two emulated rates."""
+    prediction with the runs it was made for. Beside it the model's crossover read at the sweep's
+    rates: its speed-ups at the measured rates (the rows' predictions), log-linear between them as
+    the measured one is, so that both carry the same interpolation (a speed-up is not log-linear in
+    the rate). [] with fewer than two emulated rates."""
     from workbench.bench.bandwidth import crossing, finite, rate_range
     from workbench.plan import EMULATED, bandwidth_bps, emulated_crossover_bps
     out = []
@@ -299,11 +307,16 @@ def crossovers(rounds_by_model: dict, cfgs: dict, workers: int) -> list:
             continue
         for comp in sorted({r["paradigm"] for rs in mine for r in rs if r["paradigm"].startswith("compressed/")}):
             name = comp.split("/", 1)[1]
-            measured, predicted, ratios, speeds = [], [], [], {}
+            measured, predicted, ratios, speeds, reads, read_ratios = [], [], [], {}, [], []
             for rs in mine:
                 sync = {r["bandwidth"]: r["measured_step_s"] for r in rs if r["paradigm"] == "sync"}
                 meas = {r["bandwidth"]: r["measured_step_s"] for r in rs if r["paradigm"] == comp}
                 speed = [(bandwidth_bps(b), sync[b] / meas[b]) for b in rates if b in sync and b in meas]
+                # the model's speed-ups at the same rates, read between them as the measured ones are
+                psync = {r["bandwidth"]: r["predicted_step_s"] for r in rs if r["paradigm"] == "sync" and "predicted_step_s" in r}
+                pcomp = {r["bandwidth"]: r["predicted_step_s"] for r in rs if r["paradigm"] == comp and "predicted_step_s" in r}
+                read = crossing([(bandwidth_bps(b), psync[b] / pcomp[b]) for b in rates
+                                 if b in sync and b in meas and b in psync and b in pcomp])
                 profs = list({id(r["_profile"]): r["_profile"] for r in rs if r["paradigm"] == comp}.values())
                 if len(speed) < 2 or not profs or name not in profs[0].codecs:
                     continue
@@ -315,18 +328,24 @@ def crossovers(rounds_by_model: dict, cfgs: dict, workers: int) -> list:
                 p = statistics.median(pf) if len(pf) == len(preds) else preds[0]
                 measured.append(m)
                 predicted.append(p)
+                reads.append(read)
                 if finite(m) and finite(p):
                     ratios.append(p / m)
+                if finite(m) and finite(read):
+                    read_ratios.append(read / m)
             if not measured:
                 continue
             ratio = statistics.median(ratios) if ratios else None
+            read_ratio = statistics.median(read_ratios) if read_ratios else None
             out.append({"model": model, "compressor": name, "measured crossover": rate_range(measured),
                         "predicted crossover": rate_range(predicted),
                         "predicted / measured": f"{ratio:.2f}" if ratio else None,
                         "rounds": f"{len(ratios)}/{len(measured)}",
+                        "predicted, read at the sweep's rates": rate_range(reads),
+                        "read / measured": f"{read_ratio:.2f}" if read_ratio else None,
                         "speed-up vs sync, lowest → highest rate":
                             " → ".join(f"{statistics.median(speeds[b]):.2f}" for b in sorted(speeds)),
-                        "_ratio": ratio})
+                        "_ratio": ratio, "_read_ratio": read_ratio})
     return out
 
 
