@@ -847,6 +847,24 @@ def test_the_planner_suite_locates_crossovers_on_the_emulated_links():
     assert c["read / measured"] == f"{read / measured:.2f}"
 
 
+def test_the_crossover_table_says_what_speed_up_error_moves_a_crossing_20_percent():
+    """A shallow speed-up curve turns a small speed-up error into a large move of the crossing:
+    the tolerance is the factor on both speed-ups around the crossing that moves it 20 %, and the
+    rounds' spread is the larger (max − min) / median of the two rates around it."""
+    from workbench.bench.bandwidth import crossing
+    from workbench.bench.planner import resolution
+    speeds = {1e8: [2.0, 2.2, 2.1], 1e9: [0.5, 0.6, 0.55], 4e9: [0.4, 0.4, 0.4]}
+    r = resolution(speeds)
+    assert r["_tolerance"] == pytest.approx(1 / (1 - 1.55 * math.log(1.2) / math.log(10)) - 1)
+    assert r["_spread"] == pytest.approx(0.1 / 0.55)  # 1 Gbit/s: the wider of the two
+    # the definition: a speed-up that much lower at the upper rate moves the crossing by 20 %
+    at = crossing([(1e8, 2.1), (1e9, 0.55)])
+    moved = crossing([(1e8, 2.1 * (1 + r["_tolerance"])), (1e9, 0.55 * (1 + r["_tolerance"]))])
+    assert moved / at == pytest.approx(1.2)
+    assert resolution({1e8: [2.0], 1e9: [1.5]}) == {}  # never crosses: nothing to resolve
+    assert resolution({1e8: [2.0], 1e9: [0.5]})["_spread"] is None  # one round: no spread
+
+
 def test_bmuf_behind_emulated_links_pays_the_shaper_once_a_block():
     """The block all-reduce's host part is the profile's in-situ timing; the token bucket, refilled
     over the block's local steps, passes its burst and holds the rest at the rate."""

@@ -182,6 +182,13 @@ def main(argv=None) -> None:
                   f"{within} of {len(ok)} predicted within 20 % of the measured one (the target), {read} read at "
                   f"the sweep's rates (the model's speed-ups at the measured rates, read between them as the "
                   f"measured ones are).")
+        res = [c for c in ok if c.get("_spread") is not None]
+        if res:
+            beyond = sum(c["_spread"] > c["_tolerance"] for c in res)
+            notes += (f" For {beyond} of {len(res)} the rounds' own speed-ups at the two rates around the crossing "
+                      f"differ by more than the speed-up error that moves it 20 % (columns 'speed-up error that "
+                      f"moves it 20 %' and 'rounds' speed-up spread there'): there the sweep cannot resolve the "
+                      f"target.")
     cols = ["model", "paradigm", "bandwidth", "N", "predicted ms", "measured ms"] + (
         ["spread ms", "repeats"] if a.repeats > 1 else []) + ["error", "predicted B/step", "measured B/step",
                                                               "bytes", "bottleneck", "drift"]
@@ -345,8 +352,32 @@ def crossovers(rounds_by_model: dict, cfgs: dict, workers: int) -> list:
                         "read / measured": f"{read_ratio:.2f}" if read_ratio else None,
                         "speed-up vs sync, lowest → highest rate":
                             " → ".join(f"{statistics.median(speeds[b]):.2f}" for b in sorted(speeds)),
+                        **resolution(speeds),
                         "_ratio": ratio, "_read_ratio": read_ratio})
     return out
+
+
+def resolution(speeds: dict) -> dict:
+    """What the sweep resolves of a crossover: between the two rates where the median speed-up
+    crosses 1, the speed-up error (both rates' speed-ups off by one factor) that moves the crossing
+    read between them (``bandwidth.crossing``) by 20 %: a shallow curve turns a few per cent of
+    speed-up into a large move of the rate; beside the rounds' own spread of the speed-up at those two rates
+    ((max − min) / median, the larger). A crossover whose spread exceeds its tolerance cannot be
+    shown within 20 % by these rounds, whatever the model."""
+    import math
+    pts = [(b, statistics.median(v)) for b, v in sorted(speeds.items())]
+    for (b0, s0), (b1, s1) in zip(pts, pts[1:]):
+        if s0 > 1 >= s1 and s1 > 0:
+            # crossing() is linear in the speed-up over ln rate: scaling both speed-ups by f moves
+            # the crossing by (1 − 1/f) / (s0 − s1) of the segment, 20 % when that is ln 1.2 / ln(b1/b0)
+            shift = (s0 - s1) * math.log(1.2) / math.log(b1 / b0)
+            tol = 1 / (1 - shift) - 1 if shift < 1 else math.inf
+            spread = max((max(speeds[b]) - min(speeds[b])) / statistics.median(speeds[b]) for b in (b0, b1))
+            many = len(speeds[b0]) > 1 or len(speeds[b1]) > 1
+            return {"speed-up error that moves it 20 %": f"{100 * tol:.1f} %",
+                    "rounds' speed-up spread there": f"{100 * spread:.0f} %" if many else None,
+                    "_tolerance": tol, "_spread": spread if many else None}
+    return {}
 
 
 def merged(rounds: list) -> list:
