@@ -857,7 +857,7 @@ def test_the_crossover_table_says_what_speed_up_error_moves_a_crossing_20_percen
     r = resolution(speeds)
     assert r["_tolerance"] == pytest.approx(1 / (1 - 1.55 * math.log(1.2) / math.log(10)) - 1)
     assert r["_spread"] == pytest.approx(0.1 / 0.55)  # 1 Gbit/s: the wider of the two
-    # the definition: a speed-up that much lower at the upper rate moves the crossing by 20 %
+    # the definition: both speed-ups that much higher move the crossing 20 % up the rates
     at = crossing([(1e8, 2.1), (1e9, 0.55)])
     moved = crossing([(1e8, 2.1 * (1 + r["_tolerance"])), (1e9, 0.55 * (1 + r["_tolerance"]))])
     assert moved / at == pytest.approx(1.2)

@@ -177,7 +177,7 @@ def main(argv=None) -> None:
     if cross:
         ok = [c for c in cross if c["_ratio"] is not None]
         within = sum(abs(c["_ratio"] - 1) <= 0.2 for c in ok)
-        read = sum(c["_read_ratio"] is not None and abs(c["_read_ratio"] - 1) <= 0.2 for c in cross)
+        read = sum(c["_read_ratio"] is not None and abs(c["_read_ratio"] - 1) <= 0.2 for c in ok)
         notes += (f" Compression crossovers located by the sweep: {len(ok)} of {len(cross)} compressors; "
                   f"{within} of {len(ok)} predicted within 20 % of the measured one (the target), {read} read at "
                   f"the sweep's rates (the model's speed-ups at the measured rates, read between them as the "
@@ -361,9 +361,9 @@ def resolution(speeds: dict) -> dict:
     """What the sweep resolves of a crossover: between the two rates where the median speed-up
     crosses 1, the speed-up error (both rates' speed-ups off by one factor) that moves the crossing
     read between them (``bandwidth.crossing``) by 20 %: a shallow curve turns a few per cent of
-    speed-up into a large move of the rate; beside the rounds' own spread of the speed-up at those two rates
-    ((max − min) / median, the larger). A crossover whose spread exceeds its tolerance cannot be
-    shown within 20 % by these rounds, whatever the model."""
+    speed-up into a large move of the rate; beside it the rounds' own spread of the speed-up at
+    those two rates ((max − min) / median, the larger). A crossover whose spread exceeds its
+    tolerance cannot be shown within 20 % by these rounds, whatever the model."""
     import math
     pts = [(b, statistics.median(v)) for b, v in sorted(speeds.items())]
     for (b0, s0), (b1, s1) in zip(pts, pts[1:]):
