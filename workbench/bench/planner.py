@@ -316,17 +316,15 @@ def crossovers(rounds_by_model: dict, cfgs: dict, workers: int) -> list:
             name = comp.split("/", 1)[1]
             measured, predicted, ratios, speeds, reads, read_ratios = [], [], [], {}, [], []
             for rs in mine:
-                sync = {r["bandwidth"]: r["measured_step_s"] for r in rs if r["paradigm"] == "sync"}
-                meas = {r["bandwidth"]: r["measured_step_s"] for r in rs if r["paradigm"] == comp}
-                speed = [(bandwidth_bps(b), sync[b] / meas[b]) for b in rates if b in sync and b in meas]
-                # the model's speed-ups at the same rates, read between them as the measured ones are
-                psync = {r["bandwidth"]: r["predicted_step_s"] for r in rs if r["paradigm"] == "sync" and "predicted_step_s" in r}
-                pcomp = {r["bandwidth"]: r["predicted_step_s"] for r in rs if r["paradigm"] == comp and "predicted_step_s" in r}
-                read = crossing([(bandwidth_bps(b), psync[b] / pcomp[b]) for b in rates
-                                 if b in sync and b in meas and b in psync and b in pcomp])
+                sync, meas = _steps(rs, "sync", "measured_step_s"), _steps(rs, comp, "measured_step_s")
+                both = [b for b in rates if b in sync and b in meas]
+                speed = [(bandwidth_bps(b), sync[b] / meas[b]) for b in both]
                 profs = list({id(r["_profile"]): r["_profile"] for r in rs if r["paradigm"] == comp}.values())
                 if len(speed) < 2 or not profs or name not in profs[0].codecs:
                     continue
+                # the model's speed-ups at the same rates, read between them as the measured ones are
+                psync, pcomp = _steps(rs, "sync", "predicted_step_s"), _steps(rs, comp, "predicted_step_s")
+                read = crossing([(bandwidth_bps(b), psync[b] / pcomp[b]) for b in both if b in psync and b in pcomp])
                 for b, sp in speed:
                     speeds.setdefault(b, []).append(sp)
                 m = crossing(speed)
@@ -355,6 +353,11 @@ def crossovers(rounds_by_model: dict, cfgs: dict, workers: int) -> list:
                         **resolution(speeds),
                         "_ratio": ratio, "_read_ratio": read_ratio})
     return out
+
+
+def _steps(rows: list, paradigm: str, key: str) -> dict:
+    """One round's ``key`` (measured or predicted step) of ``paradigm`` per bandwidth."""
+    return {r["bandwidth"]: r[key] for r in rows if r["paradigm"] == paradigm and key in r}
 
 
 def resolution(speeds: dict) -> dict:
