@@ -42,6 +42,7 @@ errors worse (docs/planner.md).
 """
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 from typing import Optional
@@ -367,7 +368,6 @@ def resolution(speeds: dict) -> dict:
     speed-up into a large move of the rate; beside it the rounds' own spread of the speed-up at
     those two rates ((max − min) / median, the larger). A crossover whose spread exceeds its
     tolerance cannot be shown within 20 % by these rounds, whatever the model."""
-    import math
     pts = [(b, statistics.median(v)) for b, v in sorted(speeds.items())]
     for (b0, s0), (b1, s1) in zip(pts, pts[1:]):
         if s0 > 1 >= s1 and s1 > 0:
