@@ -29,6 +29,7 @@ SUITES = {
     "compression": "workbench.bench.compression",
     "bandwidth": "workbench.bench.bandwidth",
     "planner": "workbench.bench.planner",
+    "crossover": "workbench.bench.crossover",
     "sim": "workbench.bench.sim",
     "calibrate": "workbench.network.calibrate",
 }
