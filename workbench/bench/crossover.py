@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import statistics
 from pathlib import Path
+
 from workbench.bench import report
 
 MODELS = ("small_cnn", "resnet18")
@@ -116,10 +117,16 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
     """One model: its profile (stored, or measured fresh), each compressor's predicted crossover
     and, for those in ``rng``, the interleaved pairs at its bracket; the table's rows."""
     from workbench import runstore
-    from workbench.bench.bandwidth import crossing, finite, rate_text
+    from workbench.bench.bandwidth import finite, rate_text
     from workbench.perfmodel.profile import PROFILE_VERSION, Profile
-    from workbench.plan import LOOPBACK, _plan_rows, bandwidth_bps, emulated_crossover_bps, predict_rows, \
-        verify_steps, verify_variant
+    from workbench.plan import (
+        LOOPBACK,
+        _plan_rows,
+        emulated_crossover_bps,
+        predict_rows,
+        verify_steps,
+        verify_variant,
+    )
     ov = [f"model={model}", *report.data_overrides(model, batch), "cluster.timeout_s=600", f"output_root={out / 'runs'}"]
     path = store / f"{model}-N{workers}-b{batch}.json"
     unit = runstore.read_json(path) if resume else None
@@ -133,7 +140,7 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
     unit = unit or {"profile": prof.to_json(), "pairs": {}}
     by = {v.label: v for v in vs[workers]}
     cfg = by["sync"].cfg
-    rows = []
+    rows, tests = [], []  # tests: (row, compressor, its variant, predicted crossover, rates, predicted steps)
     for label, v in by.items():
         if not label.startswith("compressed/") or v.cfg.compressor.name == "none":
             continue
@@ -148,56 +155,63 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
                                                else "outside --range")
             continue
         rates = brackets(c)
-        pred = {r["bandwidth"]: r["predicted_step_s"] for r in predict_rows(prof, {workers: [by["sync"], v]}, rates, 5e-5)
-                if r["paradigm"] == "sync"}
-        pstep = {r["bandwidth"]: r["predicted_step_s"] for r in predict_rows(prof, {workers: [by["sync"], v]}, rates, 5e-5)
-                 if r["paradigm"] == label}
-        pairs = unit["pairs"].setdefault(name, {})
-        for k in range(1, repeats + 1):
+        pred = {(r["paradigm"], r["bandwidth"]): r["predicted_step_s"]
+                for r in predict_rows(prof, {workers: [by["sync"], v]}, rates, 5e-5)}
+        tests.append((row, name, v, c, rates, pred))
+    # Round by round over every compressor, so that a compressor's rounds span the sitting (the
+    # host's speed drifts within it) and a sitting cut short leaves whole rounds.
+    for k in range(1, repeats + 1):
+        for row, name, v, c, rates, pred in tests:
+            pairs = unit["pairs"].setdefault(name, {})
             for i, bw in enumerate(rates):
                 key = f"r{k}-{bw}"
                 if key in pairs:
                     continue
                 # which of the pair goes first alternates, so a host drifting within the pair
                 # favours neither side over the rounds
-                order = [("sync", by["sync"]), (label, v)][:: 1 if (k + i) % 2 else -1]
+                order = [by["sync"], v][:: 1 if (k + i) % 2 else -1]
                 got = {}
-                for lab, var in order:
-                    print(f"crossover: {model} {lab} at {bw}, round {k} ...", flush=True)
-                    m = verify_variant(var, out / "runs", steps=verify_steps(min(pred[bw], pstep[bw])), bw=bw)
-                    got[lab] = m.get("measured_step_s")
+                for var in order:
+                    print(f"crossover: {model} {var.label} at {bw}, round {k} ...", flush=True)
+                    m = verify_variant(var, out / "runs", bw=bw,
+                                       steps=verify_steps(min(pred[("sync", bw)], pred[(v.label, bw)])))
+                    got[var.label] = m.get("measured_step_s")
                 if None in got.values():
                     print(f"crossover: {model} {name} at {bw}: a run did not complete; left out")
                     continue
-                pairs[key] = {"sync_s": got["sync"], "compressor_s": got[label]}
+                pairs[key] = {"sync_s": got["sync"], "compressor_s": got[v.label]}
                 path.parent.mkdir(parents=True, exist_ok=True)
                 runstore.write_json(path, unit)
-        lo = [pairs[f"r{k}-{rates[0]}"] for k in range(1, repeats + 1) if f"r{k}-{rates[0]}" in pairs
-              and f"r{k}-{rates[1]}" in pairs]
-        hi = [pairs[f"r{k}-{rates[1]}"] for k in range(1, repeats + 1) if f"r{k}-{rates[0]}" in pairs
-              and f"r{k}-{rates[1]}" in pairs]
-        s_lo = [p["sync_s"] / p["compressor_s"] for p in lo]
-        s_hi = [p["sync_s"] / p["compressor_s"] for p in hi]
-        b0, b1 = (bandwidth_bps(b) for b in rates)
-        row.update({"rates tested": f"{rate_text(b0)} – {rate_text(b1)}",
-                    "predicted speed-up there": f"{pred[rates[0]] / pstep[rates[0]]:.2f} → "
-                                                f"{pred[rates[1]] / pstep[rates[1]]:.2f}"})
-        if not s_lo:
-            row["verdict"] = "not measured"
-            continue
-        v_, agree = verdict(s_lo, s_hi)
-        m0, m1 = statistics.median(s_lo), statistics.median(s_hi)
-        cross = crossing([(b0, m0), (b1, m1)]) if v_ == "within 20 %" else None
-        row.update({"measured speed-up there": f"{m0:.2f} → {m1:.2f}",
-                    "spread (min–max)": f"{min(s_lo):.2f}–{max(s_lo):.2f} → {min(s_hi):.2f}–{max(s_hi):.2f}",
-                    "rounds": len(s_lo), "verdict": v_, "rounds agreeing": f"{agree}/{len(s_lo)}",
-                    "measured crossover": rate_text(cross) if cross else {"lower": f"below {rate_text(b0)}",
-                                                                           "higher": f"above {rate_text(b1)}"}.get(v_),
-                    "measured / predicted": f"{cross / c:.2f}" if cross else None,
-                    "_verdict": v_, "_agree": agree, "_rounds": len(s_lo)})
-        report.progress({k: v for k, v in row.items() if not k.startswith("_")})
+    for row, name, v, c, rates, pred in tests:
+        row.update(scored(unit["pairs"].get(name, {}), rates, [pred[(lab, b)] for b in rates for lab in ("sync", v.label)],
+                          c, repeats))
+        report.progress({k: v_ for k, v_ in row.items() if not k.startswith("_")})
     return rows
 
+
+def scored(pairs: dict, rates: tuple, pred: list, c: float, repeats: int) -> dict:
+    """A compressor's row from its stored pairs (``r<k>-<rate>``: sync's and the compressor's
+    step) at its two ``rates``, its predicted steps there (sync, compressor at the lower rate, then
+    at the upper) and its predicted crossover ``c``: only rounds measured at both rates count."""
+    from workbench.bench.bandwidth import crossing, rate_text
+    from workbench.plan import bandwidth_bps
+    both = [k for k in range(1, repeats + 1) if all(f"r{k}-{b}" in pairs for b in rates)]
+    s_lo, s_hi = ([pairs[f"r{k}-{b}"]["sync_s"] / pairs[f"r{k}-{b}"]["compressor_s"] for k in both] for b in rates)
+    b0, b1 = (bandwidth_bps(b) for b in rates)
+    out = {"rates tested": f"{rate_text(b0)} – {rate_text(b1)}",
+           "predicted speed-up there": f"{pred[0] / pred[1]:.2f} → {pred[2] / pred[3]:.2f}"}
+    if not both:
+        return {**out, "verdict": "not measured"}
+    v, agree = verdict(s_lo, s_hi)
+    m0, m1 = statistics.median(s_lo), statistics.median(s_hi)
+    cross = crossing([(b0, m0), (b1, m1)]) if v == "within 20 %" else None
+    return {**out, "measured speed-up there": f"{m0:.2f} → {m1:.2f}",
+            "spread (min–max)": f"{min(s_lo):.2f}–{max(s_lo):.2f} → {min(s_hi):.2f}–{max(s_hi):.2f}",
+            "rounds": len(both), "verdict": v, "rounds agreeing": f"{agree}/{len(both)}",
+            "measured crossover": rate_text(cross) if cross else {"lower": f"below {rate_text(b0)}",
+                                                                   "higher": f"above {rate_text(b1)}"}.get(v),
+            "measured / predicted": f"{cross / c:.2f}" if cross else None,
+            "_verdict": v, "_agree": agree, "_rounds": len(both)}
 
 if __name__ == "__main__":
     main()
