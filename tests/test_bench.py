@@ -269,3 +269,72 @@ def test_planner_suite_resumes_and_predicts_kept_rounds_again(tmp_path):
     assert [u.name for u in store.glob("*.json")] == [units[0].name] and set(table()) == set(measured)
     out = _suite(tmp_path, "planner", "--repeats", "2", "--resume", "--rounds", str(store), "--stop-after", "0")
     assert len(runs()) == len(first) + 6 and "Incomplete: 1 of 2" in out and "1 of 2 (round, bandwidth) measurements were kept" in out
+
+
+def test_the_crossover_suite_tests_a_prediction_at_20_percent_either_side():
+    """A crossover predicted at c is tested at c/1.2 and c·1.2, rounded inwards (so a crossing
+    between them is within 20 % of c); the verdict is the medians', and the rounds that agree."""
+    from workbench.bench.bandwidth import crossing
+    from workbench.bench.crossover import brackets, scored, verdict
+    assert brackets(1e9) == ("emulated:834mbit", "emulated:1200mbit")  # 833.3 up, 1200 down
+    assert brackets(5e8) == ("emulated:417mbit", "emulated:600mbit")
+    assert verdict([1.1, 0.95, 1.2], [0.9, 0.8, 1.05]) == ("within 20 %", 1)  # rounds: within, lower, higher
+    assert verdict([0.9], [0.8]) == ("lower", 1) and verdict([1.3], [1.1]) == ("higher", 1)
+    assert verdict([0.9, 0.95], [1.1, 1.2]) == ("inverted", 2)
+    rates = brackets(1e9)
+    pairs = {f"r{k}-{b}": {"sync_s": s, "compressor_s": 0.010} for k, b, s in
+             [(1, rates[0], 0.012), (1, rates[1], 0.009), (2, rates[0], 0.011), (2, rates[1], 0.0096),
+              (3, rates[0], 0.020)]}  # round 3 lacks its upper rate: it does not count
+    row = scored(pairs, rates, [0.011, 0.010, 0.009, 0.010], 1e9, 3)
+    assert row["rounds"] == 2 and row["verdict"] == "within 20 %" and row["rounds agreeing"] == "2/2"
+    assert row["measured speed-up there"] == "1.15 → 0.93" and row["predicted speed-up there"] == "1.10 → 0.90"
+    assert row["spread (min–max)"] == "1.10–1.20 → 0.90–0.96"
+    c = crossing([(834e6, 1.15), (1200e6, 0.93)])
+    assert row["measured / predicted"] == f"{c / 1e9:.2f}"
+    assert scored({}, rates, [1, 1, 1, 1], 1e9, 3)["verdict"] == "not measured"
+    low = scored({f"r1-{b}": {"sync_s": 0.009, "compressor_s": 0.010} for b in rates}, rates, [1, 1, 1, 1], 1e9, 1)
+    assert low["verdict"] == "lower" and low["measured crossover"] == "below 834 Mbit/s"
+
+
+@pytest.mark.slow
+@pytest.mark.root
+@pytest.mark.timeout(900)
+def test_the_crossover_suite_runs_interleaved_pairs_at_the_predicted_crossover(tmp_path):
+    """From a stored profile (a synthetic one, so the prediction and its two rates are known) the
+    suite runs sync and PowerSGD behind links of c/1.2 and c·1.2, stores each pair, and scores them;
+    run again with --resume it runs nothing."""
+    from perfmodel_fixtures import synthetic_profile
+    from workbench import runstore
+    from workbench.bench import bandwidth as bw
+    from workbench.bench.crossover import brackets
+    from workbench.plan import emulated_crossover_bps
+    prof = synthetic_profile(ranks=2)
+    c = emulated_crossover_bps(bw.planner_cfg("small_cnn", 2, 16), prof, 2, "powersgd")
+    store = tmp_path / "rounds"
+    runstore.write_json(store / "small_cnn-N2-b16.json", {"profile": prof.to_json(), "pairs": {}})
+    args = ["crossover", "--only", "powersgd", "--resume", "--rounds", str(store)]
+    out = _suite(tmp_path, *args)
+    pairs = runstore.read_json(store / "small_cnn-N2-b16.json")["pairs"]["powersgd"]
+    assert sorted(pairs) == sorted(f"r1-{b}" for b in brackets(c))
+    assert all(p["sync_s"] > 0 and p["compressor_s"] > 0 for p in pairs.values())
+    runs = sorted((tmp_path / "crossover" / "runs").rglob("summary.json"))
+    assert len(runs) == 4
+    (row,) = csv.DictReader(open(tmp_path / "crossover-small_cnn" / "crossover_N2.csv"))
+    assert row["compressor"] == "powersgd" and row["rounds"] == "1"
+    assert row["verdict"] in ("within 20 %", "lower", "higher", "inverted") and row["rounds agreeing"] == "1/1"
+    assert "tested crossovers lie within 20 % of the prediction" in out
+    _suite(tmp_path, *args)
+    assert len(sorted((tmp_path / "crossover" / "runs").rglob("summary.json"))) == 4
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--only", "nope"], "unknown compressor 'nope' for --only; choose from"),
+    (["--range", "5gbit,1gbit"], "invalid value '5gbit,1gbit' for --range"),
+    (["--range", "fast,1gbit"], "invalid value 'fast' for --range"),
+    (["--models", "nope"], "unknown model 'nope' for --models"),
+])
+def test_the_crossover_suite_refuses_bad_input_in_one_line(args, says, tmp_path):
+    p = subprocess.run([sys.executable, "-m", "workbench.bench", "crossover", *args, f"--out={tmp_path}"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and says in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert not (tmp_path / "crossover").exists()  # nothing profiled or run

@@ -7,6 +7,7 @@
     python -m workbench.bench compression --write      # every compressor vs compressor=none, and the planner's model
     python -m workbench.bench bandwidth --write         # emulated bandwidth sweep (needs root): where each paradigm wins
     python -m workbench.bench planner --write           # workbench.plan --verify: predicted vs measured, every paradigm
+    python -m workbench.bench crossover --write         # each predicted compression crossover tested at ±20 % (root)
     python -m workbench.bench <suite> --help            # a suite's own options; --tiny: the CI smoke version
     python -m workbench.bench all --write               # every section of BENCHMARKS.md, one suite run after another
     python -m workbench.bench all --list                # the commands `all` runs (a few hours on 2 cores)
@@ -57,6 +58,8 @@ ALL = [
     ("planner", ["--models", "small_cnn", "--bandwidths", "emulated:50mbit,emulated:200mbit,emulated:1gbit",
                  "--repeats", "3"]),  # root: emulated links
     ("planner", ["--models", "resnet18", "--bandwidths", "emulated:1gbit", "--repeats", "3"]),  # root
+    ("crossover", ["--models", "small_cnn", "--repeats", "3"]),  # root: sync/compressor pairs at c/1.2 and c·1.2
+    ("crossover", ["--models", "resnet18", "--repeats", "2"]),  # root
     ("sim", []),
     ("bandwidth", ["--models", "resnet18", "--bandwidths", "50mbit,200mbit,1gbit,2gbit,4gbit", "--repeats", "3"]),  # root
     ("bandwidth", ["--models", "vgg16", "--repeats", "3"]),  # root; the longest suite (500 Mbit/s PS steps of a minute)
@@ -82,7 +85,7 @@ def run_all(rest) -> int:
         if a.list:
             print(cmd)
             continue
-        if (suite in ("bandwidth", "calibrate") or any("emulated:" in x for x in args)) and os.geteuid() != 0:
+        if (suite in ("bandwidth", "calibrate", "crossover") or any("emulated:" in x for x in args)) and os.geteuid() != 0:
             print(f"skipped (needs root for the emulated network): {cmd}", file=sys.stderr)
             continue
         print(f"== {cmd}", file=sys.stderr, flush=True)
@@ -101,7 +104,12 @@ def main(argv=None) -> int:
     if suite not in SUITES:
         print(f"error: unknown suite {suite!r}; choose from {', '.join(SUITES)}, all", file=sys.stderr)
         return 2
-    importlib.import_module(SUITES[suite]).main(rest)
+    from workbench.core import ConfigError
+    try:
+        importlib.import_module(SUITES[suite]).main(rest)
+    except ConfigError as e:  # a bad value (a rate, a model, a paradigm): one line, before anything runs
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -2,7 +2,7 @@
 
     python -m workbench.bench crossover --models small_cnn --repeats 3 --write
     python -m workbench.bench crossover --models resnet18 --only signsgd,topk --repeats 2 --write
-    python -m workbench.bench crossover --tiny          # CI smoke: small_cnn, 2 ranks, signSGD, one round
+    python -m workbench.bench crossover --tiny          # CI smoke: small_cnn, 2 ranks, one round of signSGD (or --only)
     python -m workbench.bench crossover --models small_cnn --repeats 3 --resume --rounds experiments/crossover-rounds --write   # run again until done
 
 Issue 13's target is that every measured crossover (the link rate below which a compressor beats
@@ -48,24 +48,31 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", default=None, help="where the pairs are stored (default <out>/crossover/rounds)")
     a = p.parse_args(argv)
     if a.tiny:
-        a.models, a.workers, a.only, a.repeats = "small_cnn", 2, "signsgd", 1
+        a.models, a.workers, a.only, a.repeats = "small_cnn", 2, a.only or "signsgd", 1
+    from workbench.core import ConfigError
     if a.repeats < 1:
-        raise SystemExit(f"error: invalid value {a.repeats!r} for --repeats: must be >= 1")
+        raise ConfigError(f"invalid value {a.repeats!r} for --repeats: must be >= 1")
     from workbench.network import parse_rate
-    lo_bps, hi_bps = (parse_rate(x, "--range") for x in a.range.split(","))
+    rng = [parse_rate(x, "--range") for x in a.range.split(",")]
+    if len(rng) != 2 or rng[0] >= rng[1]:
+        raise ConfigError(f"invalid value {a.range!r} for --range: two rates, the lower first (e.g. 10mbit,20gbit)")
     from workbench.compress import COMPRESSORS
     only = [c for c in a.only.split(",") if c]
     bad = [c for c in only if c not in COMPRESSORS or c == "none"]
     if bad:
-        raise SystemExit(f"error: unknown compressor {bad[0]!r} in --only; choose from "
-                         f"{', '.join(c for c in COMPRESSORS if c != 'none')}")
+        raise ConfigError(f"unknown compressor {bad[0]!r} for --only; choose from "
+                          f"{', '.join(c for c in COMPRESSORS if c != 'none')}")
+    from workbench.models import MODELS as REGISTERED
+    unknown = [m for m in a.models.split(",") if m not in REGISTERED]
+    if unknown:
+        raise ConfigError(f"unknown model {unknown[0]!r} for --models; choose from {', '.join(REGISTERED)}")
     from workbench.plan import check_verifiable
     check_verifiable(["emulated:1gbit"])
     out = Path(a.out) / "crossover"
     store = Path(a.rounds) if a.rounds else out / "rounds"
     rows = []
     for model in a.models.split(","):
-        rows += measure_model(model, a.workers, a.batch, only, a.repeats, (lo_bps, hi_bps), store, out, a.resume)
+        rows += measure_model(model, a.workers, a.batch, only, a.repeats, rng, store, out, a.resume)
     tested = [r for r in rows if r["_verdict"] is not None]
     within = [r for r in tested if r["_verdict"] == "within 20 %"]
     unanimous = [r for r in within if r["_agree"] == r["_rounds"]]
