@@ -273,7 +273,8 @@ def test_planner_suite_resumes_and_predicts_kept_rounds_again(tmp_path):
 
 def test_the_crossover_suite_tests_a_prediction_at_20_percent_either_side():
     """A crossover predicted at c is tested at c/1.2 and c·1.2, rounded inwards (so a crossing
-    between them is within 20 % of c); the verdict is the medians', and the rounds that agree."""
+    between them is within 20 % of c); each round has its own prediction; the verdict is the
+    medians', with the rounds that agree, and the rounds' own crossings against their predictions."""
     from workbench.bench.bandwidth import crossing
     from workbench.bench.crossover import brackets, scored, verdict
     assert brackets(1e9) == ("emulated:834mbit", "emulated:1200mbit")  # 833.3 up, 1200 down
@@ -281,26 +282,33 @@ def test_the_crossover_suite_tests_a_prediction_at_20_percent_either_side():
     assert verdict([1.1, 0.95, 1.2], [0.9, 0.8, 1.05]) == ("within 20 %", 1)  # rounds: within, lower, higher
     assert verdict([0.9], [0.8]) == ("lower", 1) and verdict([1.3], [1.1]) == ("higher", 1)
     assert verdict([0.9, 0.95], [1.1, 1.2]) == ("inverted", 2)
-    rates = brackets(1e9)
-    pairs = {f"r{k}-{b}": {"sync_s": s, "compressor_s": 0.010} for k, b, s in
-             [(1, rates[0], 0.012), (1, rates[1], 0.009), (2, rates[0], 0.011), (2, rates[1], 0.0096),
-              (3, rates[0], 0.020)]}  # round 3 lacks its upper rate: it does not count
-    row = scored(pairs, rates, [0.011, 0.010, 0.009, 0.010], 1e9, 3)
-    assert row["rounds"] == 2 and row["verdict"] == "within 20 %" and row["rounds agreeing"] == "2/2"
+
+    def rnd(c, sync_lo, sync_hi, upper=True):  # the compressor's step 10 ms at both rates
+        lo, hi = brackets(c)
+        pair = {"lower": {"rate": lo, "sync_s": sync_lo, "compressor_s": 0.010}}
+        if upper:
+            pair["upper"] = {"rate": hi, "sync_s": sync_hi, "compressor_s": 0.010}
+        return {"c": c, "predicted": [1.1, 0.9], "pair": pair}
+    # round 3 lacks its upper rate: it does not count; round 2 predicted 800 Mbit/s
+    row = scored([rnd(1e9, 0.012, 0.009), rnd(8e8, 0.011, 0.0096), rnd(1e9, 0.020, None, upper=False)])
+    assert row["rounds"] == "2 of 3" and row["verdict"] == "within 20 %" and row["rounds agreeing"] == "2/2"
     assert row["measured speed-up there"] == "1.15 → 0.93" and row["predicted speed-up there"] == "1.10 → 0.90"
     assert row["spread (min–max)"] == "1.10–1.20 → 0.90–0.96"
-    c = crossing([(834e6, 1.15), (1200e6, 0.93)])
-    assert row["measured / predicted"] == f"{c / 1e9:.2f}"
-    assert scored({}, rates, [1, 1, 1, 1], 1e9, 3)["verdict"] == "not measured"
-    low = scored({f"r1-{b}": {"sync_s": 0.009, "compressor_s": 0.010} for b in rates}, rates, [1, 1, 1, 1], 1e9, 1)
-    assert low["verdict"] == "lower" and low["measured crossover"] == "below 834 Mbit/s"
+    assert row["predicted crossover"] == "800 Mbit/s – 1 Gbit/s"
+    assert row["rates tested (Mbit/s)"] == "834–1200; 667–960"
+    r1, r2 = crossing([(834e6, 1.2), (1200e6, 0.9)]) / 1e9, crossing([(667e6, 1.1), (960e6, 0.96)]) / 8e8
+    assert row["measured / predicted"] == f"{(r1 + r2) / 2:.2f}"
+    assert scored([{"c": 1e9, "predicted": [1.1, 0.9], "pair": {}}])["verdict"] == "not measured"
+    low = scored([rnd(1e9, 0.009, 0.009)])
+    assert low["verdict"] == "lower" and low["measured / predicted"] == "< 0.83" and low["rounds"] == 1
+    assert scored([{"c": float("inf")}, {"c": float("inf")}])["verdict"] == "not tested: pays at every rate"
 
 
 @pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.timeout(900)
 def test_the_crossover_suite_runs_interleaved_pairs_at_the_predicted_crossover(tmp_path):
-    """From a stored profile (a synthetic one, so the prediction and its two rates are known) the
+    """From a stored round (a synthetic profile, so the prediction and its two rates are known) the
     suite runs sync and PowerSGD behind links of c/1.2 and c·1.2, stores each pair, and scores them;
     run again with --resume it runs nothing."""
     from perfmodel_fixtures import synthetic_profile
@@ -311,12 +319,12 @@ def test_the_crossover_suite_runs_interleaved_pairs_at_the_predicted_crossover(t
     prof = synthetic_profile(ranks=2)
     c = emulated_crossover_bps(bw.planner_cfg("small_cnn", 2, 16), prof, 2, "powersgd")
     store = tmp_path / "rounds"
-    runstore.write_json(store / "small_cnn-N2-b16.json", {"profile": prof.to_json(), "pairs": {}})
+    runstore.write_json(store / "small_cnn-N2-b16.json", {"rounds": {"1": {"profile": prof.to_json(), "pairs": {}}}})
     args = ["crossover", "--only", "powersgd", "--resume", "--rounds", str(store)]
     out = _suite(tmp_path, *args)
-    pairs = runstore.read_json(store / "small_cnn-N2-b16.json")["pairs"]["powersgd"]
-    assert sorted(pairs) == sorted(f"r1-{b}" for b in brackets(c))
-    assert all(p["sync_s"] > 0 and p["compressor_s"] > 0 for p in pairs.values())
+    pair = runstore.read_json(store / "small_cnn-N2-b16.json")["rounds"]["1"]["pairs"]["powersgd"]
+    assert [pair[s]["rate"] for s in ("lower", "upper")] == list(brackets(c))
+    assert all(p["sync_s"] > 0 and p["compressor_s"] > 0 for p in pair.values())
     runs = sorted((tmp_path / "crossover" / "runs").rglob("summary.json"))
     assert len(runs) == 4
     (row,) = csv.DictReader(open(tmp_path / "crossover-small_cnn" / "crossover_N2.csv"))
