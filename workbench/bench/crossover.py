@@ -28,6 +28,7 @@ Every round's profile and each measured pair are stored as they finish (``--roun
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from pathlib import Path
 
@@ -81,12 +82,17 @@ def main(argv=None) -> None:
              f"speed-up ≥ 1 at the prediction ÷ 1.2 and ≤ 1 at × 1.2), {len(unanimous)} of them in every round; "
              f"{len(rows) - len(tested)} compressors not tested (predicted outside the range, or pays at every "
              f"rate / at none).") if rows else ""
+    loads = {r["model"]: r["_loads"] for r in rows}
+    if loads:  # 3 single-threaded ranks on 2 cores: about 3 while a pair runs
+        notes += " The host's 1-minute load as each round ended: " + "; ".join(
+            f"{m} {', '.join(f'{x:.1f}' for x in v if x is not None)}" for m, v in loads.items()) + "."
     cols = ["model", "compressor", "predicted crossover", "rates tested (Mbit/s)", "predicted speed-up there",
             "measured speed-up there", "spread (min–max)", "rounds", "verdict", "rounds agreeing",
             "measured / predicted"]
     t = report.Table(f"crossover_N{a.workers}", f"Compression crossover tested at the prediction: {a.workers} ranks, "
                      f"batch {a.batch} per worker, each rank behind its own emulated link; speed-up = sync's step "
-                     f"÷ the compressor's, measured in interleaved pairs, median of the rounds",
+                     f"÷ the compressor's, measured in interleaved pairs, median of the rounds (each after its own profile, "
+                     f"at its own prediction c ÷ 1.2 and × 1.2)",
                      [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows], cols)
     cmd = ("python -m workbench.bench crossover " + " ".join(argv if argv is not None else [])).strip()
     name = "" if a.models == ",".join(MODELS) else f", {a.models}"
@@ -187,11 +193,13 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
                 pair[side] = {"rate": bw, "sync_s": got["sync"], "compressor_s": got[label]}
                 path.parent.mkdir(parents=True, exist_ok=True)
                 runstore.write_json(path, unit)
+        rnd.setdefault("load", [round(x, 2) for x in os.getloadavg()])  # the host's load as the round ended
         path.parent.mkdir(parents=True, exist_ok=True)
         runstore.write_json(path, unit)
+    loads = [unit["rounds"][str(k)].get("load", [None])[0] for k in range(1, repeats + 1)]
     rows = []
     for name, entries in per.items():
-        row = {"model": model, "compressor": name, **scored(entries)}
+        row = {"model": model, "compressor": name, **scored(entries), "_loads": loads}
         rows.append(row)
         report.progress({k: v_ for k, v_ in row.items() if not k.startswith("_")})
     return rows
