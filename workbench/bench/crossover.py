@@ -158,6 +158,7 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
             prof, rnd = None, None
         _, (vs, prof) = _plan_rows(ov, [LOOPBACK], [workers], prof, 1.0, "50us", labels, str(out), print,
                                    refresh=prof is None)
+        ran = rnd is None
         if rnd is None:
             rnd = unit["rounds"][str(k)] = {"profile": prof.to_json(), "pairs": {}}
         by = {v.label: v for v in vs[workers]}
@@ -191,9 +192,11 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
                     print(f"crossover: {model} {name} at {bw}: a run did not complete; left out")
                     continue
                 pair[side] = {"rate": bw, "sync_s": got["sync"], "compressor_s": got[label]}
+                ran = True
                 path.parent.mkdir(parents=True, exist_ok=True)
                 runstore.write_json(path, unit)
-        rnd.setdefault("load", [round(x, 2) for x in os.getloadavg()])  # the host's load as the round ended
+        if ran:  # the host's load as the round's measurements ended (a stored round keeps its own)
+            rnd["load"] = [round(x, 2) for x in os.getloadavg()]
         path.parent.mkdir(parents=True, exist_ok=True)
         runstore.write_json(path, unit)
     loads = [unit["rounds"][str(k)].get("load", [None])[0] for k in range(1, repeats + 1)]
