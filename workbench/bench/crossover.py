@@ -82,10 +82,11 @@ def main(argv=None) -> None:
              f"speed-up ≥ 1 at the prediction ÷ 1.2 and ≤ 1 at × 1.2), {len(unanimous)} of them in every round; "
              f"{len(rows) - len(tested)} compressors not tested (predicted outside the range, or pays at every "
              f"rate / at none).") if rows else ""
-    loads = {r["model"]: r["_loads"] for r in rows}
+    loads = {r["model"]: [x for x in r["_loads"] if x is not None] for r in rows}
+    loads = {m: v for m, v in loads.items() if v}
     if loads:  # 3 single-threaded ranks on 2 cores: about 3 while a pair runs
         notes += " The host's 1-minute load as each round ended: " + "; ".join(
-            f"{m} {', '.join(f'{x:.1f}' for x in v if x is not None)}" for m, v in loads.items()) + "."
+            f"{m} {', '.join(f'{x:.1f}' for x in v)}" for m, v in loads.items()) + "."
     cols = ["model", "compressor", "predicted crossover", "rates tested (Mbit/s)", "predicted speed-up there",
             "measured speed-up there", "spread (min–max)", "rounds", "verdict", "rounds agreeing",
             "measured / predicted"]
