@@ -319,6 +319,7 @@ def test_the_crossover_suite_runs_interleaved_pairs_at_the_predicted_crossover(t
     prof = synthetic_profile(ranks=2)
     c = emulated_crossover_bps(bw.planner_cfg("small_cnn", 2, 16), prof, 2, "powersgd")
     store = tmp_path / "rounds"
+    store.mkdir()
     runstore.write_json(store / "small_cnn-N2-b16.json", {"rounds": {"1": {"profile": prof.to_json(), "pairs": {}}}})
     args = ["crossover", "--only", "powersgd", "--resume", "--rounds", str(store)]
     out = _suite(tmp_path, *args)
