@@ -347,3 +347,8 @@ def test_the_crossover_suite_refuses_bad_input_in_one_line(args, says, tmp_path)
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and says in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert not (tmp_path / "crossover").exists()  # nothing profiled or run
+
+
+def test_the_crossover_suite_scores_a_pair_only_against_the_prediction_it_was_measured_for():
+    from workbench.bench.crossover import scored
+    assert scored([{"c": 1e9, "stale": True}])["verdict"] == "not scored: measured for another prediction"

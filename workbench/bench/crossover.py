@@ -132,8 +132,8 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
     """One model, round by round: a fresh profile (or the round's stored one), each compressor's
     predicted crossover from it and, for those in ``rng``, the interleaved pairs at that round's
     bracket; the table's rows. A profile per round, because one profile does not hold for the
-    hour its pairs take: the first sitting, with one, predicted ``sync`` 10–35 % slow at every
-    rate and so every crossover too high (docs/planner.md)."""
+    hour its pairs take: the first sitting, with one, predicted ``sync`` 11–40 % slow at every
+    rate tested and so put the crossovers high (docs/planner.md)."""
     from workbench import runstore
     from workbench.bench.bandwidth import finite
     from workbench.perfmodel.profile import PROFILE_VERSION, Profile
@@ -176,8 +176,15 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
             rates = brackets(c)
             pred = {(r["paradigm"], r["bandwidth"]): r["predicted_step_s"]
                     for r in predict_rows(prof, {workers: [sync, v]}, rates, 5e-5)}
+            pair = rnd["pairs"].setdefault(name, {})
+            if any(pair.get(side, {}).get("rate", b) != b for side, b in zip(("lower", "upper"), rates)):
+                # a pair tests the prediction its rates were chosen for: the model has changed since
+                print(f"crossover: {model} {name}, round {k}: its pairs were measured for another prediction than "
+                      f"today's model makes from the round's profile; left out (measure into another --rounds)")
+                entry["stale"] = True
+                continue
             entry["predicted"] = [pred[("sync", b)] / pred[(label, b)] for b in rates]
-            pair = entry["pair"] = rnd["pairs"].setdefault(name, {})
+            entry["pair"] = pair
             for i, (side, bw) in enumerate(zip(("lower", "upper"), rates)):
                 if side in pair:
                     continue
@@ -223,6 +230,8 @@ def scored(entries: list) -> dict:
     tested = [e for e in entries if "predicted" in e]
     if not tested:
         c = cs[0]
+        if any(e.get("stale") for e in entries):
+            return {**out, "verdict": "not scored: measured for another prediction"}
         return {**out, "verdict": "not tested: " + ("pays at no rate" if c is None else "pays at every rate"
                                                     if c == math.inf else "outside --range")}
     mb = lambda b: f"{bandwidth_bps(b) / 1e6:.0f}"  # noqa: E731
