@@ -341,6 +341,7 @@ def test_the_crossover_suite_runs_interleaved_pairs_at_the_predicted_crossover(t
     (["--range", "5gbit,1gbit"], "invalid value '5gbit,1gbit' for --range"),
     (["--range", "fast,1gbit"], "invalid value 'fast' for --range"),
     (["--models", "nope"], "unknown model 'nope' for --models"),
+    (["--workers", "1"], "invalid value 1 for --workers"),
 ])
 def test_the_crossover_suite_refuses_bad_input_in_one_line(args, says, tmp_path):
     p = subprocess.run([sys.executable, "-m", "workbench.bench", "crossover", *args, f"--out={tmp_path}"], cwd=ROOT,

@@ -52,6 +52,8 @@ def main(argv=None) -> None:
     if a.tiny:
         a.models, a.workers, a.only, a.repeats = "small_cnn", 2, a.only or "signsgd", 1
     from workbench.core import ConfigError
+    if a.workers < 2:
+        raise ConfigError(f"invalid value {a.workers!r} for --workers: a crossover needs at least 2 ranks")
     if a.repeats < 1:
         raise ConfigError(f"invalid value {a.repeats!r} for --repeats: must be >= 1")
     from workbench.network import parse_rate
