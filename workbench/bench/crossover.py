@@ -151,6 +151,7 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
     path = store / f"{model}-N{workers}-b{batch}.json"
     unit = (runstore.read_json(path) if resume else None) or {}
     unit.setdefault("rounds", {})
+    path.parent.mkdir(parents=True, exist_ok=True)
     labels = ["sync"] + ([f"compressed/{c}" for c in only] if only else ["compressed"])
     per: dict = {}  # compressor -> one entry per round: its prediction and its pair
     for k in range(1, repeats + 1):
@@ -203,11 +204,9 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
                     continue
                 pair[side] = {"rate": bw, "sync_s": got["sync"], "compressor_s": got[label]}
                 ran = True
-                path.parent.mkdir(parents=True, exist_ok=True)
                 runstore.write_json(path, unit)
         if ran:  # the host's load as the round's measurements ended (a stored round keeps its own)
             rnd["load"] = [round(x, 2) for x in os.getloadavg()]
-        path.parent.mkdir(parents=True, exist_ok=True)
         runstore.write_json(path, unit)
     loads = [unit["rounds"][str(k)].get("load", [None])[0] for k in range(1, repeats + 1)]
     rows = []
@@ -236,12 +235,12 @@ def scored(entries: list) -> dict:
             return {**out, "verdict": "not scored: measured for another prediction"}
         return {**out, "verdict": "not tested: " + ("pays at no rate" if c is None else "pays at every rate"
                                                     if c == math.inf else "outside --range")}
+    both = [e for e in tested if len(e.get("pair", {})) == 2]
     mb = lambda b: f"{bandwidth_bps(b) / 1e6:.0f}"  # noqa: E731
     out["rates tested (Mbit/s)"] = "; ".join(f"{mb(e['pair']['lower']['rate'])}–{mb(e['pair']['upper']['rate'])}"
-                                            for e in tested if len(e.get("pair", {})) == 2)
+                                            for e in both)
     out["predicted speed-up there"] = (f"{statistics.median(e['predicted'][0] for e in tested):.2f} → "
                                        f"{statistics.median(e['predicted'][1] for e in tested):.2f}")
-    both = [e for e in tested if len(e.get("pair", {})) == 2]
     if not both:
         return {**out, "verdict": "not measured"}
     sp = [[e["pair"][s]["sync_s"] / e["pair"][s]["compressor_s"] for s in ("lower", "upper")] for e in both]
