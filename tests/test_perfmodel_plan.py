@@ -183,9 +183,9 @@ def test_synchronous_protocols_on_a_shared_host_wait_for_the_last_rank_asynchron
 
 def test_emulated_links_here_share_the_cores_add_the_shaper_and_overlap():
     """emulated:<rate>: this host's ranks (compute at concurrency p) behind shaped links. Where the
-    profile timed this host's collectives (its rank count) a collective costs that, on the shared
-    cores, plus the token bucket's wait for what its refilled burst does not cover, which overlaps
-    backward as on a link; elsewhere a byte costs the host's loopback time plus the shaper's 8/rate."""
+    profile timed this host's collectives (its rank count) a collective costs the slower of that, on
+    the shared cores, and the idle stack plus the token bucket's wait for what its refilled burst
+    does not cover, whose part beyond the host's overlaps backward as on a link; elsewhere a byte costs the host's loopback time plus the shaper's 8/rate."""
     import dataclasses
     import workbench
     from workbench.network.emulated import PAYLOAD_PER_FRAME, tbf_burst
@@ -210,7 +210,18 @@ def test_emulated_links_here_share_the_cores_add_the_shaper_and_overlap():
     assert P.shaper_delay_s(cl, sent, 1.0) == pytest.approx((sent - burst) / rate)  # a full bucket
     assert P.shaper_delay_s(cl, sent, 1e-3) == pytest.approx((sent - 1e-3 * rate) / rate)  # refilled 1 ms
     wait = P.shaper_delay_s(cl, sent, comp + 2e-3 + U)
-    assert P.sync(here, cl).step_s == pytest.approx(comp + 2e-3 + wait + U)
+    # the all-reduce is the slower of two stages of one pipeline: its host part (2 ms in situ) and
+    # the idle stack's α-β time plus the bucket's wait (P.beyond_host_s)
+    stack = C.allreduce_time(M, 4, PROF.beta_allreduce, PROF.alpha)
+    assert stack + wait < 2e-3  # 100 Mbit/s: the bucket holds back 12 KB, 1 ms; the host part is the slower
+    assert P.sync(here, cl).step_s == pytest.approx(comp + 2e-3 + U)
+    slow = cluster_for(workbench.compose([]), PROF, 4, "emulated:10mbit", 5e-5)
+    wait = P.shaper_delay_s(slow, sent, comp + 2e-3 + U)
+    assert wait > 30e-3  # 10 Mbit/s: the wire is the slower stage and the host part hides behind it
+    assert P.sync(here, slow).step_s == pytest.approx(comp + stack + wait + U)
+    assert P.beyond_host_s([[(2e-3, stack, sent)]], wait) == [pytest.approx(stack + wait - 2e-3)]
+    # two collectives in turn each take their own slower stage; the wait is shared by their bytes
+    assert P.beyond_host_s([[(1e-3, 0.0, 1.0), (0.0, 0.0, 3.0)]], 4e-3) == [pytest.approx(0.0 + 3e-3)]
     assert P.sync(here, dataclasses.replace(cl, ranks=3)).step_s != P.sync(here, cl).step_s  # other ranks: α-β
     fast = cluster_for(workbench.compose([]), PROF, 4, "emulated:10gbit", 5e-5)  # the burst covers it
     assert P.sync(here, fast).step_s == pytest.approx(comp + 2e-3 + U)

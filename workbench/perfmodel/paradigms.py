@@ -11,7 +11,9 @@ AR(n, p) / AG(n, p) / PS(n, W, S) the collective times of :mod:`workbench.perfmo
 - ``sync`` (DDP): T = C + E + U on a network, E what is left of the bucketed all-reduce when
   backward ends (bucket i starts when backward has produced its gradients and bucket i−1 is done,
   :func:`exposed_after_backward`; the last bucket never hides); behind this host's emulated links
-  T = S_p + Σ_i AR_here(bucket_i) + U + E(the token bucket's wait, :func:`shaper_delay_s`);
+  T = S_p + Σ_i AR_here(bucket_i) + U + E(per bucket max(0, AR_stack + its share of the token
+  bucket's wait − AR_here): each collective the slower of its host part and the wire,
+  :func:`beyond_host_s`, :func:`shaper_delay_s`);
   T = S_p + Σ_i AR_here(bucket_i) + O_ddp + U when every rank shares this host (O_ddp what DDP's own
   loop, timed by the profile, costs beyond the two: :func:`ddp_overhead_s`),
   because there the transfer and the backward compete for the same cores, the step waits for the
@@ -143,33 +145,68 @@ def _worker_compute(prof: Profile, cl: Cluster, workers: int, batch: Optional[in
 # ---------------------------------------------------------------------------------------------
 # Synchronous data parallelism, with and without a compressor
 
-def _bucket_comm(prof: Profile, cl: Cluster, compressor: Optional[str]) -> Tuple[List[float], List[float], Dict[str, Dict[str, float]], List[float]]:
-    """Per bucket: communication seconds, codec seconds and the bytes one rank sends; and the
-    bytes by category (``compressor``: one of the profile's codecs, or None for DDP's all-reduce)."""
+def _bucket_comm(prof: Profile, cl: Cluster, compressor: Optional[str]) -> Tuple[
+        List[float], List[float], Dict[str, Dict[str, float]], List[float], List[List[Tuple[float, float, float]]]]:
+    """Per bucket: communication seconds, codec seconds and the bytes one rank sends; the bytes by
+    category (``compressor``: one of the profile's codecs, or None for DDP's all-reduce); and per
+    bucket its collectives' (host part, idle stack's time behind a shaper, bytes sent), which
+    :func:`beyond_host_s` takes."""
     p = cl.ranks
     codec = prof.codecs[compressor] if compressor is not None else None
-    comm, codec_s, by, sent_b = [], [], {}, []
+    comm, codec_s, by, sent_b, parts = [], [], {}, [], []
     for i, bk in enumerate(prof.buckets):
         sent = [{"collective": "allreduce", "bytes": 4 * bk["numel"], "category": "allreduce"}] if codec is None \
             else codec["payloads"][i]
-        t, out = 0.0, 0
+        t, out, msgs = 0.0, 0, []
         for m in sent:
             cat = by.setdefault(m["category"], _cat())
-            t += _collective_s(prof, cl, m["collective"], m.get("dtype", "float32"), m["bytes"])
+            host = _collective_s(prof, cl, m["collective"], m.get("dtype", "float32"), m["bytes"])
+            t += host
             n = C.allreduce_bytes(m["bytes"], p) if m["collective"] == "allreduce" else C.allgather_varlen_bytes(m["bytes"], p)
             cat["sent"] += n
             cat["recv"] += n
             out += n
+            msgs.append((host, _stack_s(cl, m["collective"], m["bytes"]), n))
         comm.append(t)
         sent_b.append(out)
+        parts.append(msgs)
         codec_s.append(prof.codec_s(compressor, i, p, cl.shares_cores) if codec is not None else 0.0)
     together = prof.beyond_step_s(f"collectives/{compressor or 'sync'}") if _timed_here(prof, cl) else None
     if together is not None and comm:
         # the step's collectives timed together re-align the ranks once, where each timed alone
         # paid that wait again; shared out over the buckets as their own timings
         total = sum(comm)
+        f = together / total if total > 0 else 1.0
         comm = [together * (c / total if total > 0 else 1 / len(comm)) for c in comm]
-    return comm, codec_s, by, sent_b
+        parts = [[(h * f, s, n) for h, s, n in msgs] for msgs in parts]
+    return comm, codec_s, by, sent_b, parts
+
+
+def _stack_s(cl: Cluster, collective: str, nbytes: float) -> float:
+    """One collective on this host's idle stack alone, behind a shaper (the α-β line of the stack,
+    without the shaper's rate); 0 where no shaper is (nothing is priced beyond the host part)."""
+    if cl.shaper_rate <= 0:
+        return 0.0
+    if collective == "allreduce":
+        return C.allreduce_time(nbytes, cl.ranks, _host_bandwidth(cl, ring=True), cl.latency)
+    return C.allgather_time(nbytes + 8, cl.ranks, _host_bandwidth(cl), cl.latency, messages=2)
+
+
+def beyond_host_s(parts: Sequence[Sequence[Tuple[float, float, float]]], wait: float) -> List[float]:
+    """Per bucket, the seconds its collectives take behind a token bucket beyond their host part.
+    ``parts``: per bucket, each collective's (host part timed in situ, the idle stack's α-β time,
+    bytes sent); ``wait``: the bucket's wait for the step's bytes (:func:`shaper_delay_s`), shared
+    over the collectives by their bytes. A collective takes the slower of two stages of one pipeline,
+    max(host part, stack + its wait), as a PS message does (:func:`_behind_shaper_s`): a ring's
+    copies and reductions run on chunks already through while the bucket holds back the rest, so
+    the host part hides behind the wait where the wait is the longer. Collectives in turn (a
+    bucket's sizes, then its payloads; PowerSGD's P, then Q) each pay their own maximum. Until
+    2026-12-04 the two stages were added: the small CNN's `sync` behind 281 Mbit/s – 1.5 Gbit/s was
+    predicted a median +11 % slow over 50 interleaved runs (the compressors +3 %), because its step
+    grows with 1/rate at the whole step's bytes (slopes 1.03 and 1.05 in two rounds) from an
+    intercept 3–4 ms below compute + the in-situ all-reduce − the bucket's burst (docs/planner.md)."""
+    whole = float(sum(n for msgs in parts for _, _, n in msgs)) or 1.0
+    return [sum(max(0.0, stack + wait * n / whole - host) for host, stack, n in msgs) for msgs in parts]
 
 
 def exposed_after_backward(bwd: float, comm: Sequence[float], numels: Sequence[float]) -> float:
@@ -276,7 +313,7 @@ def _dp(prof: Profile, cl: Cluster, compressor: Optional[str]) -> Prediction:
         raise ValueError(f"data parallelism needs ranks >= 1, got {p}")
     comp = max(_worker_compute(prof, cl, p, lockstep=True))
     bwd = (1 - prof.fwd_share) * comp
-    comm, codec_s, by, sent = _bucket_comm(prof, cl, compressor)
+    comm, codec_s, by, sent, parts = _bucket_comm(prof, cl, compressor)
     upd = prof.update_s()
     numels = [bk["numel"] for bk in prof.buckets]
     here = _timed_here(prof, cl)
@@ -285,9 +322,10 @@ def _dp(prof: Profile, cl: Cluster, compressor: Optional[str]) -> Prediction:
         exposed = sum(comm) + overhead
     elif here:
         # emulated links here: the collectives' host part (timed in situ) takes the shared cores
-        # and never hides; the shaper's wait, which spends no CPU, overlaps backward as on a link
+        # and never hides; what the shaper holds a collective beyond it spends no CPU and
+        # overlaps backward as on a link
         wire = shaper_delay_s(cl, sum(sent), comp + sum(codec_s) + upd + sum(comm) + overhead)
-        exposed = sum(comm) + overhead + exposed_after_backward(bwd, _shares(wire, sent), numels)
+        exposed = sum(comm) + overhead + exposed_after_backward(bwd, beyond_host_s(parts, wire), numels)
     else:
         exposed = exposed_after_backward(bwd, comm, numels)
     book = prof.bookkeeping_s()
