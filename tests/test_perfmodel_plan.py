@@ -204,21 +204,26 @@ def test_emulated_links_here_share_the_cores_add_the_shaper_and_overlap():
     ar = C.allreduce_time(M, 4, cl.ar_bw, PROF.alpha)
     assert not PROF.collectives  # no timings of this host's collectives: the α-β line, one bucket exposed
     assert P.sync(PROF, cl).step_s == pytest.approx(comp + ar + U)
-    # with the in-situ timing of the one bucket's all-reduce, 2 ms
-    here = dataclasses.replace(PROF, collectives={f"allreduce:float32:{M}": 2e-3})
+    # with the in-situ timing of the one bucket's all-reduce, 2 ms, on a host with a core per rank
+    here = dataclasses.replace(PROF, collectives={f"allreduce:float32:{M}": 2e-3}, machine={"cores": 4})
     sent = meter.allreduce_bytes(M, 4)  # 60 000 bytes per rank
     assert P.shaper_delay_s(cl, sent, 1.0) == pytest.approx((sent - burst) / rate)  # a full bucket
     assert P.shaper_delay_s(cl, sent, 1e-3) == pytest.approx((sent - 1e-3 * rate) / rate)  # refilled 1 ms
     wait = P.shaper_delay_s(cl, sent, comp + 2e-3 + U)
-    # the all-reduce is the slower of two stages of one pipeline: its host part (2 ms in situ) and
-    # the idle stack's α-β time plus the bucket's wait (P.beyond_host_s)
+    assert not P.oversubscribed(here, cl) and not P.oversubscribed(PROF, cl)  # cores unknown: not
+    assert P.sync(here, cl).step_s == pytest.approx(comp + 2e-3 + wait + U)  # host part, then the wire
+    # 4 ranks on 2 cores: the all-reduce is the slower of two stages of one pipeline, its host part
+    # (2 ms in situ) and the idle stack's α-β time plus the bucket's wait (P.beyond_host_s)
+    crowded = dataclasses.replace(here, machine={"cores": 2})
+    assert P.oversubscribed(crowded, cl)
     stack = C.allreduce_time(M, 4, PROF.beta_allreduce, PROF.alpha)
     assert stack + wait < 2e-3  # 100 Mbit/s: the bucket holds back 12 KB, 1 ms; the host part is the slower
-    assert P.sync(here, cl).step_s == pytest.approx(comp + 2e-3 + U)
+    assert P.sync(crowded, cl).step_s == pytest.approx(comp + 2e-3 + U)
     slow = cluster_for(workbench.compose([]), PROF, 4, "emulated:10mbit", 5e-5)
     wait = P.shaper_delay_s(slow, sent, comp + 2e-3 + U)
     assert wait > 30e-3  # 10 Mbit/s: the wire is the slower stage and the host part hides behind it
-    assert P.sync(here, slow).step_s == pytest.approx(comp + stack + wait + U)
+    assert P.sync(crowded, slow).step_s == pytest.approx(comp + stack + wait + U)
+    assert P.sync(here, slow).step_s == pytest.approx(comp + 2e-3 + wait + U)
     assert P.beyond_host_s([[(2e-3, stack, sent)]], wait) == [pytest.approx(stack + wait - 2e-3)]
     # two collectives in turn each take their own slower stage; the wait is shared by their bytes
     assert P.beyond_host_s([[(1e-3, 0.0, 1.0), (0.0, 0.0, 3.0)]], 4e-3) == [pytest.approx(0.0 + 3e-3)]

@@ -35,13 +35,14 @@ from pathlib import Path
 from workbench.bench import report
 
 MODELS = ("small_cnn", "resnet18")
+WORKERS = 3
 TOLERANCE = 1.2  # the target: the measured crossover within 20 % of the prediction, either way
 
 
 def main(argv=None) -> None:
     p = report.parser("crossover", __doc__, "small_cnn, 2 ranks, signSGD, one round")
     p.add_argument("--models", default=",".join(MODELS))
-    p.add_argument("--workers", type=int, default=3, help="processes per run (cluster.nproc)")
+    p.add_argument("--workers", type=int, default=WORKERS, help="processes per run (cluster.nproc)")
     p.add_argument("--batch", type=int, default=16, help="samples per worker per step")
     p.add_argument("--only", default="", help="compressors (default: every registered one)")
     p.add_argument("--repeats", type=int, default=3, help="interleaved rounds of every pair")
@@ -99,7 +100,9 @@ def main(argv=None) -> None:
                      [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows], cols)
     cmd = ("python -m workbench.bench crossover " + " ".join(argv if argv is not None else [])).strip()
     name = "" if a.models == ",".join(MODELS) else f", {a.models}"
-    path = report.write("crossover" + name.replace(", ", "-").replace(",", "-"), "Crossover tested at the prediction" + name,
+    if a.workers != WORKERS:  # a section of its own per rank count: 2 ranks on 2 cores is another host
+        name += f", {a.workers} ranks"
+    path = report.write("crossover" + name.replace(", ", "-").replace(",", "-").replace(" ", ""), "Crossover tested at the prediction" + name,
                         cmd, [t], notes=notes, out_root=a.out,
                         benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
     print(f"\n{t.markdown()}\n\n{notes}\n\nreport: {path / 'report.html'}")

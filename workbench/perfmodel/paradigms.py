@@ -11,9 +11,9 @@ AR(n, p) / AG(n, p) / PS(n, W, S) the collective times of :mod:`workbench.perfmo
 - ``sync`` (DDP): T = C + E + U on a network, E what is left of the bucketed all-reduce when
   backward ends (bucket i starts when backward has produced its gradients and bucket i−1 is done,
   :func:`exposed_after_backward`; the last bucket never hides); behind this host's emulated links
-  T = S_p + Σ_i AR_here(bucket_i) + U + E(per bucket max(0, AR_stack + its share of the token
-  bucket's wait − AR_here): each collective the slower of its host part and the wire,
-  :func:`beyond_host_s`, :func:`shaper_delay_s`);
+  T = S_p + Σ_i AR_here(bucket_i) + U + E(the token bucket's wait, :func:`shaper_delay_s`), with
+  more ranks than cores E(per bucket max(0, AR_stack + its share of the wait − AR_here)): each
+  collective the slower of its host part and the wire (:func:`beyond_host_s`);
   T = S_p + Σ_i AR_here(bucket_i) + O_ddp + U when every rank shares this host (O_ddp what DDP's own
   loop, timed by the profile, costs beyond the two: :func:`ddp_overhead_s`),
   because there the transfer and the backward compete for the same cores, the step waits for the
@@ -192,6 +192,13 @@ def _stack_s(cl: Cluster, collective: str, nbytes: float) -> float:
     return C.allgather_time(nbytes + 8, cl.ranks, _host_bandwidth(cl), cl.latency, messages=2)
 
 
+def oversubscribed(prof: Profile, cl: Cluster) -> bool:
+    """More ranks than the profile's host has cores: a rank's collective then spends much of its
+    in-situ time waiting for a core (:func:`beyond_host_s`). A profile that does not say its cores
+    counts as not oversubscribed."""
+    return cl.ranks > int(prof.machine.get("cores") or cl.ranks)
+
+
 def beyond_host_s(parts: Sequence[Sequence[Tuple[float, float, float]]], wait: float) -> List[float]:
     """Per bucket, the seconds its collectives take behind a token bucket beyond their host part.
     ``parts``: per bucket, each collective's (host part timed in situ, the idle stack's α-β time,
@@ -200,11 +207,16 @@ def beyond_host_s(parts: Sequence[Sequence[Tuple[float, float, float]]], wait: f
     max(host part, stack + its wait), as a PS message does (:func:`_behind_shaper_s`): a ring's
     copies and reductions run on chunks already through while the bucket holds back the rest, so
     the host part hides behind the wait where the wait is the longer. Collectives in turn (a
-    bucket's sizes, then its payloads; PowerSGD's P, then Q) each pay their own maximum. Until
-    2026-12-04 the two stages were added: the small CNN's `sync` behind 281 Mbit/s – 1.5 Gbit/s was
-    predicted a median +11 % slow over 50 interleaved runs (the compressors +3 %), because its step
-    grows with 1/rate at the whole step's bytes (slopes 1.03 and 1.05 in two rounds) from an
-    intercept 3–4 ms below compute + the in-situ all-reduce − the bucket's burst (docs/planner.md)."""
+    bucket's sizes, then its payloads; PowerSGD's P, then Q) each pay their own maximum.
+
+    Only where the ranks outnumber the cores (:func:`oversubscribed`; the caller adds the two
+    stages otherwise): there the in-situ host part is mostly a rank waiting for a core (3 ranks on
+    2 cores: 1.4–6.1 ms over five profiles of one all-reduce), and while the shaper holds the ring
+    no rank computes, so the cores are free. With a core per rank the host part is CPU work the
+    ring needs before and after each chunk, in series with the wire. Measured on the small CNN
+    (docs/planner.md, "The host part and the wire"): 3 ranks on 2 cores, `sync` over 54 runs
+    behind 271 Mbit/s – 1.5 Gbit/s, the two stages added +13.7 % (median, rounds run after this was
+    written) and the slower of them +0.3 %; 2 ranks on 2 cores, added +3.4 %, the slower −14 %."""
     whole = float(sum(n for msgs in parts for _, _, n in msgs)) or 1.0
     return [sum(max(0.0, stack + wait * n / whole - host) for host, stack, n in msgs) for msgs in parts]
 
@@ -325,7 +337,8 @@ def _dp(prof: Profile, cl: Cluster, compressor: Optional[str]) -> Prediction:
         # and never hides; what the shaper holds a collective beyond it spends no CPU and
         # overlaps backward as on a link
         wire = shaper_delay_s(cl, sum(sent), comp + sum(codec_s) + upd + sum(comm) + overhead)
-        exposed = sum(comm) + overhead + exposed_after_backward(bwd, beyond_host_s(parts, wire), numels)
+        beyond = beyond_host_s(parts, wire) if oversubscribed(prof, cl) else _shares(wire, sent)
+        exposed = sum(comm) + overhead + exposed_after_backward(bwd, beyond, numels)
     else:
         exposed = exposed_after_backward(bwd, comm, numels)
     book = prof.bookkeeping_s()
