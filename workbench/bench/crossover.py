@@ -3,7 +3,8 @@
     python -m workbench.bench crossover --models small_cnn --repeats 3 --write
     python -m workbench.bench crossover --models resnet18 --only signsgd,topk --repeats 2 --write
     python -m workbench.bench crossover --tiny          # CI smoke: small_cnn, 2 ranks, one round of signSGD (or --only)
-    python -m workbench.bench crossover --models small_cnn --repeats 3 --resume --rounds experiments/crossover-rounds --write   # run again until done
+    python -m workbench.bench crossover --models small_cnn --repeats 6 --resume --rounds experiments/crossover-rounds --write   # run again until done
+    python -m workbench.bench crossover --models small_cnn --workers 2 --write   # a core per rank: a section of its own
 
 Issue 13's target is that every measured crossover (the link rate below which a compressor beats
 ``sync``) lies within 20 % of its prediction. The planner suite reads measured crossovers between

@@ -214,9 +214,10 @@ def beyond_host_s(parts: Sequence[Sequence[Tuple[float, float, float]]], wait: f
     2 cores: 1.4–6.1 ms over five profiles of one all-reduce), and while the shaper holds the ring
     no rank computes, so the cores are free. With a core per rank the host part is CPU work the
     ring needs before and after each chunk, in series with the wire. Measured on the small CNN
-    (docs/planner.md, "The host part and the wire"): 3 ranks on 2 cores, `sync` over 54 runs
-    behind 271 Mbit/s – 1.5 Gbit/s, the two stages added +13.7 % (median, rounds run after this was
-    written) and the slower of them +0.3 %; 2 ranks on 2 cores, added +3.4 %, the slower −14 %."""
+    (docs/planner.md, "The host part and the wire"): 3 ranks on 2 cores, `sync`'s step error over 48
+    runs behind 175 Mbit/s – 1.3 Gbit/s (rounds run after this was written), the two stages added
+    +13.7 % (median), the slower of them +0.3 %; 2 ranks on 2 cores over 42 runs, added +2.9 %, the
+    slower −10.0 %."""
     whole = float(sum(n for msgs in parts for _, _, n in msgs)) or 1.0
     return [sum(max(0.0, stack + wait * n / whole - host) for host, stack, n in msgs) for msgs in parts]
 
