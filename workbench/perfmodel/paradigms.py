@@ -204,20 +204,20 @@ def beyond_host_s(parts: Sequence[Sequence[Tuple[float, float, float]]], wait: f
     ``parts``: per bucket, each collective's (host part timed in situ, the idle stack's α-β time,
     bytes sent); ``wait``: the bucket's wait for the step's bytes (:func:`shaper_delay_s`), shared
     over the collectives by their bytes. A collective takes the slower of two stages of one pipeline,
-    max(host part, stack + its wait), as a PS message does (:func:`_behind_shaper_s`): a ring's
-    copies and reductions run on chunks already through while the bucket holds back the rest, so
-    the host part hides behind the wait where the wait is the longer. Collectives in turn (a
-    bucket's sizes, then its payloads; PowerSGD's P, then Q) each pay their own maximum.
+    max(host part, stack + its wait), as a PS message does (:func:`_behind_shaper_s`), and
+    collectives in turn (a bucket's sizes, then its payloads; PowerSGD's P, then Q) each pay their
+    own maximum.
 
     Only where the ranks outnumber the cores (:func:`oversubscribed`; the caller adds the two
     stages otherwise): there the in-situ host part is mostly a rank waiting for a core (3 ranks on
-    2 cores: 1.4–6.1 ms over five profiles of one all-reduce), and while the shaper holds the ring
+    2 cores: 1.4–6.1 ms over six profiles of one all-reduce), and while the shaper holds the ring
     no rank computes, so the cores are free. With a core per rank the host part is CPU work the
     ring needs before and after each chunk, in series with the wire. Measured on the small CNN
     (docs/planner.md, "The host part and the wire"): 3 ranks on 2 cores, `sync`'s step error over 48
     runs behind 175 Mbit/s – 1.3 Gbit/s (rounds run after this was written), the two stages added
-    +13.7 % (median), the slower of them +0.3 %; 2 ranks on 2 cores over 42 runs, added +2.9 %, the
-    slower −10.0 %."""
+    +13.7 % (median), the slower of them +0.3 %. 2 ranks on 2 cores, pooled over two sittings,
+    added +5.5 %, the slower −6.7 %; the sittings disagree (+2.9 / −10.0 %, +12.1 / −4.0 %), so
+    this switch is the least settled part."""
     whole = float(sum(n for msgs in parts for _, _, n in msgs)) or 1.0
     return [sum(max(0.0, stack + wait * n / whole - host) for host, stack, n in msgs) for msgs in parts]
 
