@@ -187,9 +187,7 @@ def _stack_s(cl: Cluster, collective: str, nbytes: float) -> float:
     without the shaper's rate); 0 where no shaper is (nothing is priced beyond the host part)."""
     if cl.shaper_rate <= 0:
         return 0.0
-    if collective == "allreduce":
-        return C.allreduce_time(nbytes, cl.ranks, _host_bandwidth(cl, ring=True), cl.latency)
-    return C.allgather_time(nbytes + 8, cl.ranks, _host_bandwidth(cl), cl.latency, messages=2)
+    return _line_s(cl, collective, nbytes, _host_bandwidth(cl, ring=True), _host_bandwidth(cl))
 
 
 def oversubscribed(prof: Profile, cl: Cluster) -> bool:
@@ -266,10 +264,16 @@ def _collective_s(prof: Profile, cl: Cluster, collective: str, dtype: str, nbyte
         here = prof.collective_s(collective, dtype, nbytes)
         if here is not None:  # behind emulated links the caller adds the shaper's wait
             return here
+    return _line_s(cl, collective, nbytes, cl.ar_bw, cl.bandwidth)
+
+
+def _line_s(cl: Cluster, collective: str, nbytes: float, ring_bw: float, bw: float) -> float:
+    """One collective of ``nbytes`` on ``cl.ranks`` ranks on an α-β line: the ring's per-rank
+    bandwidth ``ring_bw`` for an all-reduce, ``bw`` for an all-gather."""
     if collective == "allreduce":
-        return C.allreduce_time(nbytes, cl.ranks, cl.ar_bw, cl.latency)
+        return C.allreduce_time(nbytes, cl.ranks, ring_bw, cl.latency)
     # the hook's all-gather of unequal lengths: sizes first, then the padded payloads
-    return C.allgather_time(nbytes + 8, cl.ranks, cl.bandwidth, cl.latency, messages=2)
+    return C.allgather_time(nbytes + 8, cl.ranks, bw, cl.latency, messages=2)
 
 
 def _profiled_ranks_here(prof: Profile, cl: Cluster) -> bool:
