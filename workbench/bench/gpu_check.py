@@ -4,13 +4,15 @@
     python -m workbench.bench.gpu_check --steps 20 --trainers sync ps
 
 Two settings per trainer: world size 1 on one GPU with NCCL, and several ranks sharing one GPU
-through gloo (NCCL refuses two ranks on one device). Prints PASS/FAIL with samples/s and writes
-the table to experiments/bench/gpu_check.md; exits 1 if anything failed. Without CUDA it says so
+through gloo (NCCL refuses two ranks on one device). Prints PASS/FAIL with samples/s (SKIP where a
+trainer needs more ranks than the setting has: Stanza on one GPU) and writes the table to
+experiments/bench/gpu_check.md; exits 1 if anything failed. Without CUDA it says so
 and exits 0, unless --cpu asks for the same matrix on CPU ranks (a smoke test of the script).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -46,6 +48,10 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             for label, nproc, extra in settings(a.cpu):
+                if nproc < TRAINERS[name].min_ranks:  # e.g. Stanza on one GPU: NCCL takes one rank per device
+                    rows.append((name, label, "SKIP", 0.0, 0.0, f"needs at least {TRAINERS[name].min_ranks} ranks"))
+                    print(f"SKIP  {name:<11} {label:<28} needs at least {TRAINERS[name].min_ranks} ranks", flush=True)
+                    continue
                 t0 = time.time()
                 overrides = [f"trainer={name}", f"model={a.model}", f"cluster.nproc={nproc}",
                              f"trainer.max_steps={a.steps}", f"trainer.eval_every={a.steps}", f"output_root={tmp}",
@@ -64,8 +70,11 @@ def main(argv=None) -> int:
     table += [f"| {r[0]} | {r[1]} | {r[2]} | {r[3]:,.0f} | {r[4]:.1f} | {r[5]} |" for r in rows]
     out = Path("experiments/bench")
     out.mkdir(parents=True, exist_ok=True)
-    (out / "gpu_check.md").write_text(f"GPUs: {', '.join(gpus) or 'none (CPU smoke run)'}\n\n" + "\n".join(table) + "\n")
-    print(f"gpu-check: {len(rows) - failed}/{len(rows)} passed; table in {out / 'gpu_check.md'}")
+    host = (f"GPUs: {', '.join(gpus) or 'none (CPU smoke run)'}; torch {torch.__version__}; "
+            f"{os.cpu_count()} CPU cores; {a.steps} steps per run, model {a.model}")
+    (out / "gpu_check.md").write_text(host + "\n\n" + "\n".join(table) + "\n")
+    ran = sum(r[2] != "SKIP" for r in rows)
+    print(f"gpu-check: {ran - failed}/{ran} passed ({len(rows) - ran} skipped); table in {out / 'gpu_check.md'}")
     return 1 if failed else 0
 
 

@@ -123,6 +123,7 @@ class _IndexOnly(Dataset):
 @TRAINERS.register("stanza")
 class StanzaTrainer(Trainer):
     name = "stanza"
+    min_ranks = 2  # one CONV and one FC rank
 
     @classmethod
     def paradigm(cls, get):
