@@ -140,3 +140,18 @@ def test_schemas_are_no_options_of_their_groups():
         assert not [n for n in repo.get(group, {}) if "schema" in n], group
     assert {n.removesuffix(".yaml") for n in repo["schema"]["trainer"]} == set(TRAINERS)
     assert {n.removesuffix(".yaml") for n in repo["schema"]["compressor"]} == set(COMPRESSORS)
+
+
+def test_nccl_ranks_beyond_the_gpus_are_refused_before_start():
+    """NCCL takes a GPU per rank; more ranks on this machine than its GPUs would fail in NCCL's
+    set-up after every process started ("Duplicate GPU detected", seen with a parameter server's
+    server rank on one H200), so the starter refuses them in one line, naming the way out."""
+    import torch
+
+    from workbench.dist import check_gpus_for_nccl
+    gpus = torch.cuda.device_count()
+    cfg = workbench.compose([f"cluster.nproc={gpus + 1}", "cluster.backend=nccl"])
+    with pytest.raises(ConfigError) as e:
+        check_gpus_for_nccl(cfg.cluster, gpus + 1)
+    assert "cluster.nproc" in str(e.value) and "cluster.backend=gloo" in str(e.value) and "\n" not in str(e.value)
+    check_gpus_for_nccl(workbench.compose([f"cluster.nproc={gpus + 1}", "cluster.backend=gloo"]).cluster, gpus + 1)

@@ -55,6 +55,10 @@ def check_config(cfg) -> None:
     if c.nnodes != 1:
         raise ConfigError(f"invalid value {c.nnodes} for cluster.nnodes: network=emulated makes every rank its own "
                           "node; set cluster.nproc to the number of nodes")
+    from workbench.dist import choose_backend
+    if nodes > 1 and choose_backend(c) == "nccl":  # each node's one rank is its local rank 0, so on GPU 0
+        raise ConfigError(f"invalid value {c.nproc} for cluster.nproc: network=emulated puts every node's rank on "
+                          "GPU 0 and NCCL takes a GPU per rank; set cluster.backend=gloo")
     require_host("'emulated' for network.name", "use network=loopback")
 
 

@@ -44,11 +44,13 @@ def _report_every_failed_rank() -> None:
 @STARTERS.register("elastic")
 class ElasticStarter(Starter):
     def check(self, cfg) -> None:
+        from workbench.dist import check_gpus_for_nccl
         from workbench.starters.local import port_free
         c = cfg.cluster
         if c.nnodes > 1:
             raise ConfigError(f"invalid value {c.nnodes} for cluster.nnodes: the launcher starts this machine's ranks; "
                               "for several machines run torchrun on each node with -m workbench.worker (see README)")
+        check_gpus_for_nccl(c, c.nproc)
         if c.master_port and not port_free(c.master_addr, c.master_port):
             raise ConfigError(f"invalid value {c.master_port} for cluster.master_port: {c.master_addr}:{c.master_port} "
                               "is already in use; choose another port or 0 (pick a free one)")

@@ -110,10 +110,6 @@ class Trainer:
     """Base class. Subclasses set ``name`` and register with ``@TRAINERS.register(name)``."""
 
     name = "base"
-    # The fewest ranks the paradigm can run on (Stanza needs a CONV and an FC rank); ``make gpu-check``
-    # skips a setting with fewer, where its validation would refuse the run anyway.
-    min_ranks = 1
-
     # -- hooks for validation before launch -------------------------------------------------------
     @classmethod
     def num_workers(cls, cfg: DictConfig) -> int:

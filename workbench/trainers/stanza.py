@@ -123,7 +123,10 @@ class _IndexOnly(Dataset):
 @TRAINERS.register("stanza")
 class StanzaTrainer(Trainer):
     name = "stanza"
-    min_ranks = 2  # one CONV and one FC rank
+
+    @classmethod
+    def smoke_overrides(cls, nproc: int) -> list:
+        return ["cluster.nproc=2"] if nproc < 2 else []  # one CONV rank and one FC rank at least
 
     @classmethod
     def paradigm(cls, get):
