@@ -353,3 +353,18 @@ def test_the_crossover_suite_refuses_bad_input_in_one_line(args, says, tmp_path)
 def test_the_crossover_suite_scores_a_pair_only_against_the_prediction_it_was_measured_for():
     from workbench.bench.crossover import scored
     assert scored([{"c": 1e9, "stale": True}])["verdict"] == "not scored: measured for another prediction"
+
+
+def test_a_stored_round_without_a_compressors_codec_is_refused_in_one_line(tmp_path):
+    """Resuming rounds profiled for other compressors (--only) once ended, rounds later, in a
+    KeyError from the model; now one ConfigError before anything runs names the round and the way out."""
+    from workbench.bench.crossover import check_stored_codecs
+    from workbench.core import ConfigError
+    unit = {"rounds": {"1": {"profile": {"codecs": {"signsgd": {}, "topk": {}}}, "pairs": {}}}}
+    check_stored_codecs(unit, ["topk"], tmp_path / "r.json")
+    with pytest.raises(ConfigError) as e:
+        check_stored_codecs(unit, ["topk", "qsgd"], tmp_path / "r.json")
+    assert "'qsgd' for --only: round 1" in str(e.value) and "signsgd, topk" in str(e.value)
+    assert "another --rounds" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match="for --only: round 1"):
+        check_stored_codecs(unit, [], tmp_path / "r.json")  # every registered compressor

@@ -134,6 +134,22 @@ def verdict(lo: list, hi: list):
     return v, sum(one(s0, s1) == v for s0, s1 in zip(lo, hi))
 
 
+def check_stored_codecs(unit: dict, only: list, path: Path) -> None:
+    """A stored round predicts from its own profile, which measured the codecs of the compressors
+    asked for then; one asked for now that it lacks cannot be predicted for that round. Said before
+    any run starts, in one line (ConfigError), rather than as a KeyError rounds later."""
+    from workbench.compress import COMPRESSORS
+    from workbench.core import ConfigError
+    want = only or [c for c in COMPRESSORS if c != "none"]
+    for k, rnd in sorted(unit["rounds"].items(), key=lambda kv: int(kv[0])):
+        have = rnd["profile"].get("codecs", {})
+        missing = [c for c in want if c not in have]
+        if missing:
+            raise ConfigError(f"invalid value {','.join(missing)!r} for --only: round {k} stored in {path} was profiled "
+                              f"for {', '.join(sorted(have)) or 'no compressor'}; choose among those or measure "
+                              "into another --rounds")
+
+
 def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: Path, resume: bool) -> list:
     """One model, round by round: a fresh profile (or the round's stored one), each compressor's
     predicted crossover from it and, for those in ``rng``, the interleaved pairs at that round's
@@ -157,6 +173,7 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
     unit.setdefault("rounds", {})
     path.parent.mkdir(parents=True, exist_ok=True)
     labels = ["sync"] + ([f"compressed/{c}" for c in only] if only else ["compressed"])
+    check_stored_codecs(unit, only, path)
     per: dict = {}  # compressor -> one entry per round: its prediction and its pair
     for k in range(1, repeats + 1):
         rnd = unit["rounds"].get(str(k))
