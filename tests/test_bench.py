@@ -368,3 +368,24 @@ def test_a_stored_round_without_a_compressors_codec_is_refused_in_one_line(tmp_p
     assert "another --rounds" in str(e.value) and "\n" not in str(e.value)
     with pytest.raises(ConfigError, match="for --only: round 1"):
         check_stored_codecs(unit, [], tmp_path / "r.json")  # every registered compressor
+
+
+def test_the_crossover_suite_reads_each_stored_run_against_the_model():
+    """--errors: every stored run (both sides of each pair, sync and the compressor) with its
+    measured step as stored and the model's prediction from its round's profile; sync behind a
+    slower link is predicted slower. Read from a committed sitting (16-core host)."""
+    import json
+
+    from workbench.bench.crossover import run_errors
+    path = ROOT / "experiments/crossover-rounds/h200-host/sitting1-small_cnn-N3-b16.json"
+    pairs = json.loads(path.read_text())["rounds"]["1"]["pairs"]
+    rows = run_errors(path)
+    assert len(rows) == 2 * sum(len(p) for p in pairs.values())  # sync and the compressor at each side
+    for r in rows:
+        side = next(s for s in pairs[r["compressor"]].values() if s["rate"] == r["rate"])
+        assert r["measured_s"] == side["sync_s" if r["paradigm"] == "sync" else "compressor_s"]
+        assert 0 < r["predicted_s"] < 1
+    for name in pairs:
+        sync = {r["rate"]: r["predicted_s"] for r in rows if r["compressor"] == name and r["paradigm"] == "sync"}
+        lo, hi = pairs[name]["lower"]["rate"], pairs[name]["upper"]["rate"]
+        assert sync[lo] > sync[hi]

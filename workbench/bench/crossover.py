@@ -5,6 +5,7 @@
     python -m workbench.bench crossover --tiny          # CI smoke: small_cnn, 2 ranks, one round of signSGD (or --only)
     python -m workbench.bench crossover --models small_cnn --repeats 6 --resume --rounds experiments/crossover-rounds --write   # run again until done
     python -m workbench.bench crossover --models small_cnn --workers 2 --write   # a core per rank: a section of its own
+    python -m workbench.bench crossover --errors experiments/crossover-rounds/small_cnn-N3-b16.json   # each run vs the model
 
 Issue 13's target is that every measured crossover (the link rate below which a compressor beats
 ``sync``) lies within 20 % of its prediction. The planner suite reads measured crossovers between
@@ -50,7 +51,11 @@ def main(argv=None) -> None:
     p.add_argument("--range", default="10mbit,20gbit", help="predicted crossovers outside this are not run")
     p.add_argument("--resume", action="store_true", help="keep the pairs already measured (--rounds)")
     p.add_argument("--rounds", default=None, help="where the pairs are stored (default <out>/crossover/rounds)")
+    p.add_argument("--errors", nargs="+", metavar="FILE", help="runs nothing: every stored run in these rounds "
+                   "files against today's model's prediction from its round's profile, one line each")
     a = p.parse_args(argv)
+    if a.errors:
+        return print_errors([Path(f) for f in a.errors])
     if a.tiny:
         a.models, a.workers, a.only, a.repeats = "small_cnn", 2, a.only or "signsgd", 1
     from workbench.core import ConfigError
@@ -132,6 +137,60 @@ def verdict(lo: list, hi: list):
         return "inverted"
     v = one(statistics.median(lo), statistics.median(hi))
     return v, sum(one(s0, s1) == v for s0, s1 in zip(lo, hi))
+
+
+def run_errors(path: Path) -> list:
+    """Every run stored in a rounds file against the model's prediction, today, from the profile of
+    the run's round: the per-run reading behind a verdict (a pair can miss its bracket through
+    either side's step). Rows: round, compressor, rate, paradigm, measured and predicted step (s)."""
+    import tempfile
+
+    from workbench import runstore
+    from workbench.perfmodel.profile import Profile
+    from workbench.plan import LOOPBACK, _plan_rows, predict_rows
+    unit = runstore.read_json(path) or {}
+    rows = []
+    for k, rnd in sorted(unit.get("rounds", {}).items(), key=lambda kv: int(kv[0])):
+        if not rnd.get("pairs"):
+            continue
+        prof = Profile.from_json(rnd["profile"])
+        ov = [f"model={prof.model}", *report.data_overrides(prof.model, prof.batch)]
+        labels = ["sync"] + [f"compressed/{c}" for c in rnd["pairs"]]
+        with tempfile.TemporaryDirectory() as tmp:
+            _, (vs, prof) = _plan_rows(ov, [LOOPBACK], [prof.ranks], prof, 1.0, "50us", labels, tmp,
+                                       lambda *_, **__: None, refresh=False)
+        by = {v.label: v for v in vs[prof.ranks]}
+        for name, pair in rnd["pairs"].items():
+            label = f"compressed/{name}"
+            for side in ("lower", "upper"):
+                if side not in pair:
+                    continue
+                bw = pair[side]["rate"]
+                pred = {r["paradigm"]: r["predicted_step_s"]
+                        for r in predict_rows(prof, {prof.ranks: [by["sync"], by[label]]}, [bw], 5e-5)}
+                for paradigm, key in (("sync", "sync_s"), (label, "compressor_s")):
+                    rows.append({"round": int(k), "compressor": name, "rate": bw, "paradigm": paradigm,
+                                 "measured_s": pair[side][key], "predicted_s": pred[paradigm]})
+    return rows
+
+
+def print_errors(paths: list) -> None:
+    """:func:`run_errors` of each file, printed, with the median signed and mean absolute error of
+    ``sync``'s runs and of the compressors' apart."""
+    for path in paths:
+        rows = run_errors(path)
+        print(f"{path}: {len(rows)} runs")
+        print(f"{'round':>5} {'compressor':<10} {'rate':<18} {'paradigm':<20} {'measured':>9} {'predicted':>9} {'error':>7}")
+        for r in rows:
+            r["error"] = r["predicted_s"] / r["measured_s"] - 1
+            print(f"{r['round']:>5} {r['compressor']:<10} {r['rate']:<18} {r['paradigm']:<20} "
+                  f"{r['measured_s'] * 1e3:7.1f}ms {r['predicted_s'] * 1e3:7.1f}ms {r['error'] * 100:+6.1f}%")
+        for what, sel in (("sync", [r for r in rows if r["paradigm"] == "sync"]),
+                          ("compressors", [r for r in rows if r["paradigm"] != "sync"])):
+            if sel:
+                e = [r["error"] for r in sel]
+                print(f"{what}: {len(e)} runs, median error {statistics.median(e) * 100:+.1f} %, "
+                      f"mean |error| {statistics.mean(abs(x) for x in e) * 100:.1f} %")
 
 
 def check_stored_codecs(unit: dict, only: list, path: Path) -> None:
