@@ -328,7 +328,7 @@ def test_the_crossover_suite_runs_interleaved_pairs_at_the_predicted_crossover(t
     assert all(p["sync_s"] > 0 and p["compressor_s"] > 0 for p in pair.values())
     runs = sorted((tmp_path / "crossover" / "runs").rglob("summary.json"))
     assert len(runs) == 4
-    (row,) = csv.DictReader(open(tmp_path / "crossover-small_cnn" / "crossover_N2.csv"))
+    (row,) = csv.DictReader(open(tmp_path / "crossover-small_cnn-2ranks" / "crossover_N2.csv"))  # a section per rank count
     assert row["compressor"] == "powersgd" and row["rounds"] == "1"
     assert row["verdict"] in ("within 20 %", "lower", "higher", "inverted") and row["rounds agreeing"] == "1/1"
     assert "tested crossovers lie within 20 % of the prediction" in out
