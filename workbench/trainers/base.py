@@ -110,6 +110,7 @@ class Trainer:
     """Base class. Subclasses set ``name`` and register with ``@TRAINERS.register(name)``."""
 
     name = "base"
+
     # -- hooks for validation before launch -------------------------------------------------------
     @classmethod
     def num_workers(cls, cfg: DictConfig) -> int:
