@@ -45,16 +45,16 @@ def choose_device(cluster, local_rank: int = 0) -> torch.device:
     return torch.device("cpu")
 
 
-def check_gpus_for_nccl(cluster, ranks_here: int) -> None:
-    """NCCL takes a GPU per rank: ranks on this machine beyond its GPUs would fail in NCCL's set-up
+def check_gpus_for_nccl(cluster) -> None:
+    """NCCL takes a GPU per rank: this machine's ``cluster.nproc`` ranks beyond its GPUs would fail in NCCL's set-up
     ("Duplicate GPU detected") after every process has started, so refuse them before (ConfigError)."""
     if choose_backend(cluster) != "nccl":
         return
     gpus = torch.cuda.device_count()
-    if ranks_here > gpus:
+    if cluster.nproc > gpus:
         from workbench.core import ConfigError
         raise ConfigError(f"invalid value {cluster.nproc} for cluster.nproc: NCCL takes a GPU per rank and this machine "
-                          f"has {gpus}; set cluster.backend=gloo to let {ranks_here} ranks share them")
+                          f"has {gpus}; set cluster.backend=gloo to let {cluster.nproc} ranks share them")
 
 
 def threads_per_rank(cluster, local_world_size: int) -> int:

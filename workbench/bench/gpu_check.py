@@ -39,7 +39,8 @@ def main(argv=None) -> int:
     import torch
 
     import workbench
-    from workbench.dist import choose_backend
+    from workbench.core import ConfigError
+    from workbench.dist import check_gpus_for_nccl
     from workbench.trainers import TRAINERS
     if not a.cpu and not torch.cuda.is_available():
         print("gpu-check: no CUDA device on this machine; nothing to check (use --cpu for a CPU smoke run)")
@@ -58,11 +59,11 @@ def main(argv=None) -> int:
                 cfg = workbench.compose(overrides)
                 n = cfg.cluster.nproc
                 label = f"{n} rank{'s' if n > 1 else ''}, {where}"
-                if choose_backend(cfg.cluster) == "nccl" and n > torch.cuda.device_count():
-                    # e.g. a parameter server's server rank: NCCL takes a GPU per rank
-                    why = f"needs {n} ranks, NCCL a GPU each, {torch.cuda.device_count()} here"
-                    rows.append((name, label, "SKIP", 0.0, 0.0, why))
-                    print(f"SKIP  {name:<11} {label:<28} {why}", flush=True)
+                try:  # e.g. a parameter server's server rank on one GPU: the starter would refuse it
+                    check_gpus_for_nccl(cfg.cluster)
+                except ConfigError as e:
+                    rows.append((name, label, "SKIP", 0.0, 0.0, str(e)))
+                    print(f"SKIP  {name:<11} {label:<28} {e}", flush=True)
                     continue
                 try:
                     run = workbench.launch(cfg, progress=False)

@@ -50,7 +50,7 @@ class ElasticStarter(Starter):
         if c.nnodes > 1:
             raise ConfigError(f"invalid value {c.nnodes} for cluster.nnodes: the launcher starts this machine's ranks; "
                               "for several machines run torchrun on each node with -m workbench.worker (see README)")
-        check_gpus_for_nccl(c, c.nproc)
+        check_gpus_for_nccl(c)
         if c.master_port and not port_free(c.master_addr, c.master_port):
             raise ConfigError(f"invalid value {c.master_port} for cluster.master_port: {c.master_addr}:{c.master_port} "
                               "is already in use; choose another port or 0 (pick a free one)")
