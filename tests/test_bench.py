@@ -332,8 +332,10 @@ def test_the_crossover_suite_runs_interleaved_pairs_at_the_predicted_crossover(t
     assert row["compressor"] == "powersgd" and row["rounds"] == "1"
     assert row["verdict"] in ("within 20 %", "lower", "higher", "inverted") and row["rounds agreeing"] == "1/1"
     assert "tested crossovers lie within 20 % of the prediction" in out
-    _suite(tmp_path, *args)
+    _suite(tmp_path, *args, "--host", "box-2")  # runs nothing; another machine's rounds score to a section of their own
     assert len(sorted((tmp_path / "crossover" / "runs").rglob("summary.json"))) == 4
+    (again,) = csv.DictReader(open(tmp_path / "crossover-small_cnn-2ranks-on-box-2" / "crossover_N2.csv"))
+    assert again == row
 
 
 @pytest.mark.parametrize("args, says", [
@@ -342,6 +344,7 @@ def test_the_crossover_suite_runs_interleaved_pairs_at_the_predicted_crossover(t
     (["--range", "fast,1gbit"], "invalid value 'fast' for --range"),
     (["--models", "nope"], "unknown model 'nope' for --models"),
     (["--workers", "1"], "invalid value 1 for --workers"),
+    (["--host", "my host"], "invalid value 'my host' for --host"),
 ])
 def test_the_crossover_suite_refuses_bad_input_in_one_line(args, says, tmp_path):
     p = subprocess.run([sys.executable, "-m", "workbench.bench", "crossover", *args, f"--out={tmp_path}"], cwd=ROOT,

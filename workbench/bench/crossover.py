@@ -6,6 +6,7 @@
     python -m workbench.bench crossover --models small_cnn --repeats 6 --resume --rounds experiments/crossover-rounds --write   # run again until done
     python -m workbench.bench crossover --models small_cnn --workers 2 --write   # a core per rank: a section of its own
     python -m workbench.bench crossover --errors experiments/crossover-rounds/small_cnn-N3-b16.json   # each run vs the model
+    python -m workbench.bench crossover --models small_cnn --repeats 8 --resume --rounds experiments/crossover-rounds/xeon-host --host xeon-spr --write   # another machine: its own section
 
 Issue 13's target is that every measured crossover (the link rate below which a compressor beats
 ``sync``) lies within 20 % of its prediction. The planner suite reads measured crossovers between
@@ -30,6 +31,7 @@ Every round's profile and each measured pair are stored as they finish (``--roun
 from __future__ import annotations
 
 import math
+import re
 import os
 import statistics
 from pathlib import Path
@@ -51,6 +53,8 @@ def main(argv=None) -> None:
     p.add_argument("--range", default="10mbit,20gbit", help="predicted crossovers outside this are not run")
     p.add_argument("--resume", action="store_true", help="keep the pairs already measured (--rounds)")
     p.add_argument("--rounds", default=None, help="where the pairs are stored (default <out>/crossover/rounds)")
+    p.add_argument("--host", default="", help="a label for the machine the rounds are taken on, when it is not the "
+                   "usual one (e.g. xeon-spr): its own section and report directory")
     p.add_argument("--errors", nargs="+", metavar="FILE", help="runs nothing: every stored run in these rounds "
                    "files against today's model's prediction from its round's profile, one line each")
     a = p.parse_args(argv)
@@ -61,6 +65,8 @@ def main(argv=None) -> None:
     from workbench.core import ConfigError
     if a.workers < 2:
         raise ConfigError(f"invalid value {a.workers!r} for --workers: a crossover needs at least 2 ranks")
+    if a.host and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", a.host):
+        raise ConfigError(f"invalid value {a.host!r} for --host: letters, digits, '.', '_' and '-' (e.g. xeon-spr)")
     if a.repeats < 1:
         raise ConfigError(f"invalid value {a.repeats!r} for --repeats: must be >= 1")
     from workbench.network import parse_rate
@@ -108,7 +114,9 @@ def main(argv=None) -> None:
     name = "" if a.models == ",".join(MODELS) else f", {a.models}"
     if a.workers != WORKERS:  # a section of its own per rank count: 2 ranks on 2 cores is another host
         name += f", {a.workers} ranks"
-    path = report.write("crossover" + name.replace(", ", "-").replace(",", "-").replace(" ", ""), "Crossover tested at the prediction" + name,
+    if a.host:  # another machine's rounds: its profile, its regime, its own section
+        name += f", on {a.host}"
+    path = report.write("crossover" + name.replace(", on ", "-on-").replace(", ", "-").replace(",", "-").replace(" ", ""), "Crossover tested at the prediction" + name,
                         cmd, [t], notes=notes, out_root=a.out,
                         benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
     print(f"\n{t.markdown()}\n\n{notes}\n\nreport: {path / 'report.html'}")
