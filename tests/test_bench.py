@@ -392,3 +392,24 @@ def test_the_crossover_suite_reads_each_stored_run_against_the_model():
         sync = {r["rate"]: r["predicted_s"] for r in rows if r["compressor"] == name and r["paradigm"] == "sync"}
         lo, hi = pairs[name]["lower"]["rate"], pairs[name]["upper"]["rate"]
         assert sync[lo] > sync[hi]
+
+
+
+def test_the_crossover_errors_sum_up_per_link_rate_band():
+    """--errors' per-band lines, by hand: each run falls in the band of its link rate, sync and the
+    compressors apart; the shortfall is measured − predicted, the error predicted ÷ measured − 1."""
+    from workbench.bench.crossover import by_rate
+
+    def run(rate, paradigm, measured, predicted):
+        return {"rate": rate, "paradigm": paradigm, "measured_s": measured, "predicted_s": predicted,
+                "error": predicted / measured - 1}
+    rows = [run("emulated:399mbit", "sync", 0.020, 0.018), run("emulated:400mbit", "sync", 0.010, 0.011),
+            run("emulated:1gbit", "compressed/topk", 0.010, 0.012), run("emulated:1200mbit", "compressed/topk", 0.020, 0.020),
+            run("emulated:1gbit", "sync", 0.012, 0.012)]
+    got = {(b["band"][0], b["side"]): b for b in by_rate(rows)}
+    assert sorted(got) == [(0.0, "sync"), (400e6, "sync"), (800e6, "compressors"), (800e6, "sync")]
+    assert got[0.0, "sync"]["runs"] == 1 and got[0.0, "sync"]["shortfall_s"] == pytest.approx(0.002)
+    assert got[400e6, "sync"]["median_error"] == pytest.approx(0.1)
+    c = got[800e6, "compressors"]
+    assert c["runs"] == 2 and c["shortfall_s"] == pytest.approx(-0.001) and c["median_error"] == pytest.approx(0.1)
+    assert got[400e6, "sync"]["band"] == (400e6, 600e6)

@@ -182,9 +182,35 @@ def run_errors(path: Path) -> list:
     return rows
 
 
+RATE_BANDS_MBIT = (400, 600, 800)  # where the small CNN's sync crosses from wire-bound to host-bound
+
+
+def by_rate(rows: list, edges=RATE_BANDS_MBIT) -> list:
+    """:func:`run_errors`' rows (with ``error``) summed up per link-rate band and side (``sync``,
+    the compressors): runs, mean measured − predicted step (s), median error. Where a model's miss
+    depends on the rate (the wire against the host's part), not on the round, it shows here: a
+    crossover tests both sides of a pair at the rates where the two parts meet."""
+    from workbench.network import parse_rate
+    bounds = [0.0, *(e * 1e6 for e in edges), math.inf]
+    out = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        for side in ("sync", "compressors"):
+            sel = [r for r in rows if lo <= parse_rate(r["rate"].split(":", 1)[-1]) < hi
+                   and (r["paradigm"] == "sync") == (side == "sync")]
+            if sel:
+                out.append({"band": (lo, hi), "side": side, "runs": len(sel),
+                            "shortfall_s": statistics.mean(r["measured_s"] - r["predicted_s"] for r in sel),
+                            "median_error": statistics.median(r["error"] for r in sel)})
+    return out
+
+
+def _band(lo: float, hi: float) -> str:
+    return f"< {hi / 1e6:.0f}" if lo == 0 else f">= {lo / 1e6:.0f}" if math.isinf(hi) else f"{lo / 1e6:.0f}–{hi / 1e6:.0f}"
+
+
 def print_errors(paths: list) -> None:
     """:func:`run_errors` of each file, printed, with the median signed and mean absolute error of
-    ``sync``'s runs and of the compressors' apart."""
+    ``sync``'s runs and of the compressors' apart, then per link-rate band (:func:`by_rate`)."""
     for path in paths:
         rows = run_errors(path)
         print(f"{path}: {len(rows)} runs")
@@ -199,6 +225,11 @@ def print_errors(paths: list) -> None:
                 e = [r["error"] for r in sel]
                 print(f"{what}: {len(e)} runs, median error {statistics.median(e) * 100:+.1f} %, "
                       f"mean |error| {statistics.mean(abs(x) for x in e) * 100:.1f} %")
+        if rows:
+            print(f"{'Mbit/s':>9} {'side':<12} {'runs':>4} {'measured - predicted':>21} {'median error':>13}")
+            for b in by_rate(rows):
+                print(f"{_band(*b['band']):>9} {b['side']:<12} {b['runs']:>4} {b['shortfall_s'] * 1e3:+19.2f}ms "
+                      f"{b['median_error'] * 100:+12.1f}%")
 
 
 def check_stored_codecs(unit: dict, only: list, path: Path) -> None:
