@@ -31,8 +31,8 @@ Every round's profile and each measured pair are stored as they finish (``--roun
 from __future__ import annotations
 
 import math
-import re
 import os
+import re
 import statistics
 from pathlib import Path
 
