@@ -394,7 +394,6 @@ def test_the_crossover_suite_reads_each_stored_run_against_the_model():
         assert sync[lo] > sync[hi]
 
 
-
 def test_the_crossover_errors_sum_up_per_link_rate_band():
     """--errors' per-band lines, by hand: each run falls in the band of its link rate, sync and the
     compressors apart; the shortfall is measured − predicted, the error predicted ÷ measured − 1."""

@@ -190,13 +190,13 @@ def by_rate(rows: list, edges=RATE_BANDS_MBIT) -> list:
     the compressors): runs, mean measured − predicted step (s), median error. Where a model's miss
     depends on the rate (the wire against the host's part), not on the round, it shows here: a
     crossover tests both sides of a pair at the rates where the two parts meet."""
-    from workbench.network import parse_rate
+    from workbench.plan import bandwidth_bps
     bounds = [0.0, *(e * 1e6 for e in edges), math.inf]
+    bps = [bandwidth_bps(r["rate"]) for r in rows]
     out = []
     for lo, hi in zip(bounds, bounds[1:]):
         for side in ("sync", "compressors"):
-            sel = [r for r in rows if lo <= parse_rate(r["rate"].split(":", 1)[-1]) < hi
-                   and (r["paradigm"] == "sync") == (side == "sync")]
+            sel = [r for r, b in zip(rows, bps) if lo <= b < hi and (r["paradigm"] == "sync") == (side == "sync")]
             if sel:
                 out.append({"band": (lo, hi), "side": side, "runs": len(sel),
                             "shortfall_s": statistics.mean(r["measured_s"] - r["predicted_s"] for r in sel),
