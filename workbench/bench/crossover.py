@@ -111,12 +111,15 @@ def main(argv=None) -> None:
                      f"at its own prediction c ÷ 1.2 and × 1.2)",
                      [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows], cols)
     cmd = ("python -m workbench.bench crossover " + " ".join(argv if argv is not None else [])).strip()
-    name = "" if a.models == ",".join(MODELS) else f", {a.models}"
+    parts = []  # (the section title's words, the report directory's)
+    if a.models != ",".join(MODELS):
+        parts.append((a.models, a.models.replace(",", "-")))
     if a.workers != WORKERS:  # a section of its own per rank count: 2 ranks on 2 cores is another host
-        name += f", {a.workers} ranks"
+        parts.append((f"{a.workers} ranks", f"{a.workers}ranks"))
     if a.host:  # another machine's rounds: its profile, its regime, its own section
-        name += f", on {a.host}"
-    path = report.write("crossover" + name.replace(", on ", "-on-").replace(", ", "-").replace(",", "-").replace(" ", ""), "Crossover tested at the prediction" + name,
+        parts.append((f"on {a.host}", f"on-{a.host}"))
+    path = report.write("-".join(["crossover", *(d for _, d in parts)]),
+                        ", ".join(["Crossover tested at the prediction", *(t for t, _ in parts)]),
                         cmd, [t], notes=notes, out_root=a.out,
                         benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
     print(f"\n{t.markdown()}\n\n{notes}\n\nreport: {path / 'report.html'}")
