@@ -8,6 +8,7 @@ input (one line, exit 2, nothing profiled), and ``--verify --json`` on the small
 """
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from workbench import meter
 from workbench.perfmodel import collectives as C
 from workbench.perfmodel import paradigms as P
 from workbench.perfmodel import stanza as st
-from workbench.perfmodel.profile import Profile
+from workbench.perfmodel.profile import LOOP_PASSES, Profile
 
 PROF = synthetic_profile()
 M = PROF.model_bytes  # 40 000 bytes
@@ -784,6 +785,10 @@ def test_verify_json_small_cnn_three_ranks_bytes_exact(tmp_path, capsys):
                                "aligned/8",
                                *(f"collectives/{c}" for c in prof.codecs), *(f"compressed/{c}" for c in prof.codecs)}
     assert min(prof.loops.values()) > 0
+    # each loop timed in interleaved passes (the small CNN's steps are short), its median kept
+    assert set(prof.loop_passes) == set(prof.loops)
+    for name, readings in prof.loop_passes.items():
+        assert len(readings) == LOOP_PASSES and prof.loops[name] == statistics.median(readings), name
     assert set(prof.codecs) == {"topk", "powersgd", "fp16"}
     for c in prof.codecs.values():
         assert len(c["codec_shared_s"]) == len(c["codec_s"]) == len(prof.buckets) and min(c["codec_shared_s"]) > 0

@@ -238,15 +238,16 @@ def save_unit(path: Path, prof, rows: list, drift: Optional[dict] = None) -> Non
 
 def load_unit(path: Path):
     """A stored (round, bandwidth), its profile loaded; None if there is none, or if its profile is
-    of another version than this code measures (then it is measured again)."""
+    of a version older than today's model reads (then it is measured again)."""
     from workbench import runstore
-    from workbench.perfmodel.profile import PROFILE_VERSION, Profile
+    from workbench.perfmodel.profile import PROFILE_READABLE, PROFILE_VERSION, Profile
     unit = runstore.read_json(path)
     if unit is None:
         return None
     prof = Profile.from_json(unit["profile"])
-    if prof.version != PROFILE_VERSION:
-        print(f"{path.name}: profile version {prof.version}, this code measures {PROFILE_VERSION}: measuring it again")
+    if not PROFILE_READABLE <= prof.version <= PROFILE_VERSION:
+        print(f"{path.name}: profile version {prof.version}, this code reads {PROFILE_READABLE}–{PROFILE_VERSION}: "
+              f"measuring it again")
         return None
     return {**unit, "profile": prof}
 
