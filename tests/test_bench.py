@@ -412,3 +412,20 @@ def test_the_crossover_errors_sum_up_per_link_rate_band():
     c = got[800e6, "compressors"]
     assert c["runs"] == 2 and c["shortfall_s"] == pytest.approx(-0.001) and c["median_error"] == pytest.approx(0.1)
     assert got[400e6, "sync"]["band"] == (400e6, 600e6)
+
+
+def test_rounds_stored_with_an_older_profile_of_the_same_fields_are_kept(tmp_path):
+    """Version 12 changed how a profile's loops are timed (three passes, the median), not what a
+    profile holds: the committed rounds, profiled at version 11, are still read and scored from their
+    own profiles (``PROFILE_READABLE``); a profile older than that is measured again."""
+    import json
+
+    from workbench.bench.planner import load_unit
+    from workbench.perfmodel.profile import PROFILE_READABLE, PROFILE_VERSION
+    path = ROOT / "experiments/planner-rounds/small_cnn-N3-b16-emulated_1gbit-r1.json"
+    unit = load_unit(path)
+    assert unit is not None and PROFILE_READABLE <= unit["profile"].version < PROFILE_VERSION
+    old = json.loads(path.read_text())
+    old["profile"]["version"] = PROFILE_READABLE - 1
+    (tmp_path / path.name).write_text(json.dumps(old))
+    assert load_unit(tmp_path / path.name) is None
