@@ -6,6 +6,7 @@ input (one line, exit 2, nothing profiled), and ``--verify --json`` on the small
 
     PYTHONPATH=. .venv/bin/python -m pytest -q tests/test_perfmodel_plan.py -m "not slow"
 """
+import dataclasses
 import json
 import math
 import statistics
@@ -665,6 +666,8 @@ def test_a_host_that_drifted_slower_slows_every_loopback_prediction_alike_and_no
     slow = prof.drifted(2.0)
     assert prof.codecs and {k: v["codec_s"] for k, v in prof.codecs.items()} == before  # the original untouched
     assert prof.drifted(1.0) is prof and slow.machine["drift"] == 2.0
+    read = dataclasses.replace(prof, loops={"ddp": 0.02}, loop_passes={"ddp": [0.01, 0.02, 0.03]}).drifted(2.0)
+    assert read.loops == {"ddp": 0.04} and read.loop_passes == {"ddp": pytest.approx([0.02, 0.04, 0.06])}  # readings too
     rows = lambda p, bw: plan([], bandwidths=[bw], workers=[3], profile=p).set_index("paradigm").sort_index()  # noqa: E731
     a, b = rows(prof, "loopback"), rows(slow, "loopback")
     assert len(a) > 10

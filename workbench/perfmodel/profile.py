@@ -571,6 +571,7 @@ class Profile:
         p.collectives = {k: v * ratio for k, v in p.collectives.items()}
         p.collectives_idle = {k: v * ratio for k, v in p.collectives_idle.items()}
         p.loops = {k: v * ratio for k, v in p.loops.items()}
+        p.loop_passes = {k: list(times(v)) for k, v in p.loop_passes.items()}
         for c in p.codecs.values():
             for key in ("codec_s", "codec_shared_s"):
                 if key in c:
