@@ -259,7 +259,7 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
     rate tested and so put the crossovers high (docs/planner.md)."""
     from workbench import runstore
     from workbench.bench.bandwidth import finite
-    from workbench.perfmodel.profile import PROFILE_READABLE, PROFILE_VERSION, Profile
+    from workbench.perfmodel.profile import Profile
     from workbench.plan import (
         LOOPBACK,
         _plan_rows,
@@ -279,7 +279,7 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
     for k in range(1, repeats + 1):
         rnd = unit["rounds"].get(str(k))
         prof = Profile.from_json(rnd["profile"]) if rnd else None
-        if prof is not None and not PROFILE_READABLE <= prof.version <= PROFILE_VERSION:
+        if prof is not None and not prof.readable:
             print(f"{path.name}: round {k}'s profile is of another version: measuring the round again")
             prof, rnd = None, None
         _, (vs, prof) = _plan_rows(ov, [LOOPBACK], [workers], prof, 1.0, "50us", labels, str(out), print,

@@ -245,7 +245,7 @@ def load_unit(path: Path):
     if unit is None:
         return None
     prof = Profile.from_json(unit["profile"])
-    if not PROFILE_READABLE <= prof.version <= PROFILE_VERSION:
+    if not prof.readable:
         print(f"{path.name}: profile version {prof.version}, this code reads {PROFILE_READABLE}–{PROFILE_VERSION}: "
               f"measuring it again")
         return None

@@ -468,6 +468,12 @@ class Profile:
 
     # -- derived -----------------------------------------------------------------------------------
     @property
+    def readable(self) -> bool:
+        """Whether today's model reads this profile's fields (a stored round is scored from it, not
+        measured again): versions ``PROFILE_READABLE`` to ``PROFILE_VERSION``."""
+        return PROFILE_READABLE <= self.version <= PROFILE_VERSION
+
+    @property
     def params(self) -> int:
         return self.params_conv + self.params_fc
 
