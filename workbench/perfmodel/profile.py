@@ -777,11 +777,12 @@ def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, loop_
         passes: Dict[str, List[float]] = {}
         if world > 1:
             # every loop timed in interleaved passes, its median kept: a reading of a few-ms loop
-            # spans well under a second, and a slow phase of a shared host (seconds) can take a whole
-            # one; on the Xeon VM, 2 ranks, one profile's fp16 loop read 7.6 ms where bf16's (the same
-            # work) read 4.7, and that round's fp16 runs took 5.1–6.3 (docs/planner.md, "A loop timed
-            # once"). A loop of long steps (fewer than 10 periods in 0.5 s) averages over such phases
-            # in one reading already, and three would triple a large model's profile
+            # spans a third of a second, and a slow stretch of 20–100 steps on a shared host can
+            # fill a whole one, but not one reading in each of passes seconds apart; on the Xeon VM,
+            # 2 ranks, one profile's fp16 loop read 7.6 ms where bf16's (the same work) read 4.7,
+            # and that round's fp16 runs took 5.1–6.3 (docs/planner.md, "A loop timed once"). A
+            # loop of long steps (fewer than 10 periods in 0.5 s) spans seconds in one reading
+            # already, and three would triple a large model's profile
             for _ in range(LOOP_PASSES if reps >= 10 else 1):
                 # the loops a layer above times here (the parameter server's: ``workbench.ps.profile``)
                 for name in sorted(loop_fns):
