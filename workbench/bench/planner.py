@@ -420,7 +420,8 @@ def merged(rounds: list) -> list:
         r["error_drifted"] = statistics.median(scaled)
         ds = sorted(d for *_, d in pairs if d is not None)
         if ds:
-            r["drift_range"] = f"{ds[0]:.2f}" if ds[0] == ds[-1] else f"{ds[0]:.2f}–{ds[-1]:.2f}"
+            lo, hi = f"{ds[0]:.2f}", f"{ds[-1]:.2f}"  # ends that print alike print once (0.995 and 1.004: "1.00")
+            r["drift_range"] = lo if lo == hi else f"{lo}–{hi}"
     return rows
 
 
