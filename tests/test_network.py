@@ -83,3 +83,4 @@ def test_emulated_ranks_share_the_cores(run_overrides):
     cores // 1 (each agent sees one local rank)."""
     run = launch_run(run_overrides + ["network=emulated", "cluster.nproc=2", "trainer.max_steps=2"])
     assert run.summary["threads_per_rank"] == max(1, (os.cpu_count() or 1) // 2)
+    assert run.summary["cores"] is None  # an emulated node's rank is not pinned (workbench.dist.init)

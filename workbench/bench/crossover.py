@@ -262,13 +262,16 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
     from workbench.perfmodel.profile import Profile
     from workbench.plan import (
         LOOPBACK,
+        UNPINNED,
         _plan_rows,
         emulated_crossover_bps,
         predict_rows,
         verify_steps,
         verify_variant,
     )
-    ov = [f"model={model}", *report.data_overrides(model, batch), "cluster.timeout_s=600", f"output_root={out / 'runs'}"]
+    # every run is behind the emulated links, whose ranks are not pinned: nor is the profile's (UNPINNED)
+    ov = [f"model={model}", *report.data_overrides(model, batch), "cluster.timeout_s=600", f"output_root={out / 'runs'}",
+          *UNPINNED]
     path = store / f"{model}-N{workers}-b{batch}.json"
     unit = (runstore.read_json(path) if resume else None) or {}
     unit.setdefault("rounds", {})

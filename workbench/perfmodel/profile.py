@@ -49,7 +49,9 @@ PROFILE_VERSION = 12  # 2: free-running levels, lockstep spans, collectives time
 # all-reduce (``loops["aligned"]``), not beyond the barrier-released span, which on a VM without AVX2
 # exceeded the loop with ResNet-18's all-reduces and priced them at zero; 11: ``u`` timed with every
 # parameter's gradient (it had the classifier's alone), and the collectives from an idle release too;
-# 12: the loops timed in interleaved passes, their median kept (``loop_passes``: every reading)
+# 12: the loops timed in interleaved passes, their median kept (``loop_passes``: every reading). Whether
+# its ranks were pinned to cores (``machine["pinned"]``, absent: not) is not a version: a cached profile
+# serves the runs pinned as it was (``load_or_measure``)
 PROFILE_READABLE = 11  # the oldest version whose fields today's model reads: 12 changed how loops are timed, not
 # what a profile holds, so a round stored with its version-11 profile is still scored from it (``bench crossover``)
 LOOP_PASSES = 3  # a loop of short steps timed this many times, interleaved with the others, its median kept
@@ -675,10 +677,11 @@ def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, loop_
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from workbench import data as data_mod
-    from workbench.dist import threads_per_rank
+    from workbench.dist import pin_rank, threads_per_rank
     from workbench.meter import AllreduceHookState, Meter, metered_allreduce_hook
     from workbench.models import build_model
     os.environ["WORKBENCH_HOST_RANKS"] = str(world)
+    pinned = pin_rank(cfg.cluster, rank, world)  # as the runs' ranks are (workbench.dist.init)
     torch.set_num_threads(threads_per_rank(cfg.cluster, world))
     store = dist.TCPStore("127.0.0.1", port, world, is_master=rank == 0)
     # gloo's default timeout (30 min), not cluster.timeout_s: the other ranks wait in a broadcast
@@ -808,7 +811,7 @@ def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, loop_
                        "collectives": colls, "collectives_idle": idle, "loops": loops, "loop_passes": passes,
                        "boundary": model.boundary_size(spec), "params_conv": counts["features"],
                        "params_fc": counts["classifier"], "param_shapes": [tuple(p.shape) for p in model.parameters()],
-                       "threads": torch.get_num_threads()})
+                       "threads": torch.get_num_threads(), "pinned": pinned is not None})
     except BaseException as e:  # say so at once: the parent would otherwise wait out its timeout
         queue.put({"error": f"rank {rank}: {type(e).__name__}: {e}"})
         raise
@@ -917,6 +920,7 @@ def measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, st
     res = _run_ranks(cfg, ranks, compressors or {}, codec_fn, loop_fns or {}, steps)
     key = profile_key(cfg)
     threads = res.pop("threads")
+    pinned = res.pop("pinned")
     return Profile(model=key["model"], data=str(cfg.data.name), input_shape=key["input_shape"], batch=key["batch"],
                    ranks=ranks, t_c_at=tuple(res["t_c_at"]), t_f_at=tuple(res["t_f_at"]), fwd_share=res["fwd_share"],
                    u=res["u"], alpha=res["alpha"], beta=res["beta"], beta_allreduce=res["beta_allreduce"],
@@ -925,7 +929,16 @@ def measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, st
                    boundary=res["boundary"], params_conv=res["params_conv"], params_fc=res["params_fc"],
                    param_shapes=[tuple(s) for s in res["param_shapes"]], bucket_cap_mb=res["bucket_cap_mb"],
                    buckets=[{"numel": b["numel"], "shapes": [list(s) for s in b["shapes"]]} for b in res["buckets"]],
-                   codecs=res["codecs"], machine={**machine(), "ranks": ranks, "threads_per_rank": threads})
+                   codecs=res["codecs"], machine={**machine(), "ranks": ranks, "threads_per_rank": threads,
+                                                 "pinned": pinned})
+
+
+def _pins(cfg, ranks: int) -> bool:
+    """Whether ``ranks`` ranks of ``cfg`` on this machine's loopback are pinned to cores
+    (``workbench.dist.pin_rank``), as the profile's own are."""
+    from workbench.dist import rank_cores
+    return bool(getattr(cfg.cluster, "pin", False)) and hasattr(os, "sched_getaffinity") \
+        and rank_cores(0, ranks, os.sched_getaffinity(0)) is not None
 
 
 def load_or_measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, root="experiments",
@@ -936,7 +949,9 @@ def load_or_measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = 
     path = cache_path(cfg, ranks, root)
     if path.exists() and not refresh:
         prof = Profile.load(path)
-        if prof.version == PROFILE_VERSION and set(compressors or {}) <= set(prof.codecs) \
+        # a profile measured pinned does not hold for runs that are not (cluster.pin=false), nor the reverse
+        pinned = bool(prof.machine.get("pinned")) == _pins(cfg, ranks)
+        if prof.version == PROFILE_VERSION and set(compressors or {}) <= set(prof.codecs) and pinned \
                 and (ranks < 2 or set(loop_fns or {}) <= set(prof.loops)):
             return prof
     log(f"profiling {cfg.model.name} (batch {cfg.data.batch_size}) with {ranks} ranks on this machine ...")

@@ -384,6 +384,8 @@ class Trainer:
             "trainer": self.name, "model": cfg.model.name, "data": cfg.data.name,
             "world_size": self.info.world_size, "workers": self.workers, "backend": self.info.backend,
             "device": str(self.device), "threads_per_rank": self.info.threads,
+            # the cores rank 0's threads run on, read back from the kernel (None: not pinned, cluster.pin)
+            "cores": sorted(os.sched_getaffinity(0)) if self.info.cores is not None else None,
             "global_batch": self.global_batch, "batch_per_worker": self.batch_size,
             "steps": step, "epochs": step / steps_per_epoch, "samples": samples,
             "final_test_accuracy": last_eval.get("test_accuracy"), "final_test_loss": last_eval.get("test_loss"),
