@@ -8,6 +8,7 @@
     python -m workbench.bench bandwidth --write         # emulated bandwidth sweep (needs root): where each paradigm wins
     python -m workbench.bench planner --write           # workbench.plan --verify: predicted vs measured, every paradigm
     python -m workbench.bench crossover --write         # each predicted compression crossover tested at ±20 % (root)
+    python -m workbench.bench pinning --write           # the same runs with ranks pinned to their cores and not
     python -m workbench.bench <suite> --help            # a suite's own options; --tiny: the CI smoke version
     python -m workbench.bench all --write               # every section of BENCHMARKS.md, one suite run after another
     python -m workbench.bench all --list                # the commands `all` runs (a few hours on 2 cores)
@@ -31,6 +32,7 @@ SUITES = {
     "bandwidth": "workbench.bench.bandwidth",
     "planner": "workbench.bench.planner",
     "crossover": "workbench.bench.crossover",
+    "pinning": "workbench.bench.pinning",
     "sim": "workbench.bench.sim",
     "calibrate": "workbench.network.calibrate",
 }
@@ -60,6 +62,7 @@ ALL = [
     ("planner", ["--models", "resnet18", "--bandwidths", "emulated:1gbit", "--repeats", "3"]),  # root
     ("crossover", ["--models", "small_cnn", "--repeats", "3"]),  # root: sync/compressor pairs at c/1.2 and c·1.2
     ("crossover", ["--models", "resnet18", "--repeats", "2"]),  # root
+    ("pinning", ["--repeats", "5"]),  # 2 ranks: needs 2 cores to pin
     ("sim", []),
     ("bandwidth", ["--models", "resnet18", "--bandwidths", "50mbit,200mbit,1gbit,2gbit,4gbit", "--repeats", "3"]),  # root
     ("bandwidth", ["--models", "vgg16", "--repeats", "3"]),  # root; the longest suite (500 Mbit/s PS steps of a minute)
