@@ -1,6 +1,6 @@
-"""Each rank's threads on its own cores (``cluster.pin``): which cores, and that a run's ranks are
-pinned where the ranks fit the cores, and not where they do not, when asked not to, or behind the
-emulated links (tests/test_network.py)."""
+"""Each rank's threads on its own cores (``cluster.pin=true``; off by default): which cores, and that
+a run's ranks are pinned where asked and the ranks fit the cores, and not where they do not, by
+default, or behind the emulated links (tests/test_network.py)."""
 import os
 
 import pytest
@@ -23,8 +23,8 @@ def test_each_rank_takes_its_own_share_of_the_allowed_cores():
 def test_a_run_pins_its_ranks_where_they_fit(run_overrides):
     ov = run_overrides + ["cluster.nproc=2", "trainer.max_steps=2", "trainer.eval_every=1000"]
     allowed = sorted(os.sched_getaffinity(0))
-    run = launch_run(ov)
+    run = launch_run(ov + ["cluster.pin=true"])
     assert run.summary["cores"] == allowed[:len(allowed) // 2]  # read back from the kernel in rank 0
-    assert launch_run(ov + ["cluster.pin=false"]).summary["cores"] is None
+    assert launch_run(ov).summary["cores"] is None  # the default: not pinned
     if len(allowed) < 3:
-        assert launch_run(ov + ["cluster.nproc=3"]).summary["cores"] is None
+        assert launch_run(ov + ["cluster.pin=true", "cluster.nproc=3"]).summary["cores"] is None

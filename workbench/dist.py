@@ -83,11 +83,13 @@ def rank_cores(index: int, host_ranks: int, allowed: Sequence[int]) -> Optional[
 def pin_threads(cores: Sequence[int]) -> None:
     """Every thread of this process, and every thread it starts later, on ``cores`` only.
 
-    Why: with 2 ranks on 2 cores and nothing pinned, the scheduler moves a rank's threads (the
-    training loop, the compression hook's thread, gloo's) across both cores, and each hand-off
-    between them then waits for the other core. On the Xeon VM, 2 ranks, DDP's loop with the fp16
-    hook read 4.4-7.2 ms a step unpinned and 3.7-4.0 pinned, its collective 2.0-2.9 ms against
-    0.6 (docs/planner.md, "Ranks pinned to their cores")."""
+    Why it is there, and why it is off by default (``cluster.pin``): with 2 ranks on 2 cores and
+    nothing pinned, the scheduler moves a rank's threads (the training loop, the compression hook's
+    thread, gloo's) between the cores. On the Xeon VM, 2 ranks, DDP's loop with the fp16 hook read
+    4.4-7.2 ms a step unpinned and 3.7-4.0 pinned, and every compressor's run was 1.17-1.42x faster
+    pinned. But pinned, gloo's all-reduce of 605 KB (the small CNN's one fp32 bucket) stalls for
+    most of a 4 ms tick in many steps, and ``trainer=sync`` took 7.1 ms a step against 4.8
+    (docs/planner.md, "Ranks pinned to their cores")."""
     if not hasattr(os, "sched_setaffinity"):  # not Linux: the scheduler's placement stands
         return
     for task in os.listdir("/proc/self/task"):
@@ -115,8 +117,8 @@ def init(cluster) -> DistInfo:
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     threads = threads_per_rank(cluster, local_world)
     # before gloo and the hooks start their threads, which inherit the mask. Not an emulated node
-    # (WORKBENCH_NODE): pinned, its links' kernel path held an idle 605 KB all-reduce ~3 ms in most
-    # tries where unpinned it took 0.9 (docs/planner.md, "Ranks pinned to their cores")
+    # (WORKBENCH_NODE): pinned, an idle 605 KB all-reduce over its links took 2.9 ms (median) where
+    # unpinned it took 0.9 (docs/planner.md, "Ranks pinned to their cores")
     cores = pin_rank(cluster, local_rank, local_world) if os.environ.get("WORKBENCH_NODE") is None else None
     torch.set_num_threads(threads)
     device = choose_device(cluster, local_rank)

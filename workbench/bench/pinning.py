@@ -1,7 +1,7 @@
 """Suite ``pinning``: the same runs with each rank's threads pinned to its own cores
-(``cluster.pin=true``, the default where the ranks fit the cores) and not pinned, on loopback, in
-interleaved rounds: the measured step of each paradigm both ways, and the planner's error both ways
-(each round profiles anew, pinned as its runs are).
+(``cluster.pin=true``) and not pinned (the default), on loopback, in interleaved rounds: the measured
+step of each paradigm both ways, and the planner's error both ways (each round profiles anew,
+pinned as its runs are).
 
     python -m workbench.bench pinning                          # small_cnn, 2 ranks, 3 rounds
     python -m workbench.bench pinning --repeats 5 --write      # the BENCHMARKS.md section
@@ -9,8 +9,9 @@ interleaved rounds: the measured step of each paradigm both ways, and the planne
 
 Why it is measured: with 2 ranks on 2 cores and nothing pinned, the scheduler moves a rank's threads
 (the training loop, the compression hook's thread, gloo's) between the cores, and a run of the same
-compressor took 4.7 ms a step in one launch and 7.5 in the next (docs/planner.md, "Ranks pinned to
-their cores"). Which of the two goes first alternates by round, so a host that drifts favours neither.
+compressor took 4.7 ms a step in one launch and 7.5 in the next; pinned, the compressors ran steadier
+and faster, and ``sync``'s one 605 KB all-reduce stalled (docs/planner.md, "Ranks pinned to their
+cores"). Which of the two goes first alternates by round, so a host that drifts favours neither.
 Pinning needs as many cores as ranks: with more ranks than cores both columns run unpinned.
 """
 from __future__ import annotations

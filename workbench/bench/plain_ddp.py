@@ -32,13 +32,6 @@ def main() -> None:
 
     local_world = int(os.environ["LOCAL_WORLD_SIZE"])
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
-    # pinned as workbench's ranks are (cluster.pin): the comparison is of the two loops, not of
-    # where the scheduler happened to put their threads
-    from workbench.dist import pin_threads, rank_cores
-    if hasattr(os, "sched_getaffinity"):
-        cores = rank_cores(int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"]), os.sched_getaffinity(0))
-        if cores is not None:
-            pin_threads(cores)
     dist.init_process_group("gloo", timeout=timedelta(seconds=120))
     rank, world = dist.get_rank(), dist.get_world_size()
 

@@ -25,14 +25,6 @@ EPOCHS, BATCH, LR = 20, 16, 0.05
 
 def main() -> None:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["LOCAL_WORLD_SIZE"])))
-    # each rank on its own cores, as workbench pins its ranks (cluster.pin), before gloo starts the
-    # threads that inherit the mask: the comparison is of the two jobs, not of where the scheduler
-    # happened to put their threads (written out here: this script imports nothing from workbench)
-    local, ranks = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if len(cores) >= ranks:
-        per = len(cores) // ranks
-        os.sched_setaffinity(0, cores[local * per:(local + 1) * per])
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     d = load_digits()
