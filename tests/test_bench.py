@@ -429,3 +429,18 @@ def test_rounds_stored_with_an_older_profile_of_the_same_fields_are_kept(tmp_pat
     old["profile"]["version"] = PROFILE_READABLE - 1
     (tmp_path / path.name).write_text(json.dumps(old))
     assert load_unit(tmp_path / path.name) is None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_pinning_suite_runs_each_paradigm_pinned_and_not(tmp_path):
+    import os
+    _suite(tmp_path, "pinning")
+    d = tmp_path / "pinning-small_cnn-2ranks"
+    rows = list(csv.DictReader(open(d / "pinning_small_cnn_2.csv")))
+    assert sorted(r["paradigm"] for r in rows) == ["compressed/fp16", "sync"]
+    for r in rows:
+        assert float(r["pinned: step ms"]) > 0 and float(r["not pinned: step ms"]) > 0, r
+    # the pinned column really ran pinned where the host has a core per rank (its profile says so)
+    fits = len(os.sched_getaffinity(0)) >= 2
+    assert f"Ranks pinned in the pinned column: {fits}" in (d / "report.md").read_text()
