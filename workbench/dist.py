@@ -86,7 +86,7 @@ def pin_threads(cores: Sequence[int]) -> None:
     Why it is there, and why it is off by default (``cluster.pin``): with 2 ranks on 2 cores and
     nothing pinned, the scheduler moves a rank's threads (the training loop, the compression hook's
     thread, gloo's) between the cores. On the Xeon VM, 2 ranks, DDP's loop with the fp16 hook read
-    4.4-7.2 ms a step unpinned and 3.7-4.0 pinned, and every compressor's run was 1.17-1.42x faster
+    4.4-7.2 ms a step unpinned and 3.7-4.0 pinned, and every compressor's run was 1.17-1.43x faster
     pinned. But pinned, gloo's all-reduce of 605 KB (the small CNN's one fp32 bucket) stalls for
     most of a 4 ms tick in many steps, and ``trainer=sync`` took 7.1 ms a step against 4.8
     (docs/planner.md, "Ranks pinned to their cores")."""
