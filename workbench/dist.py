@@ -99,12 +99,18 @@ def pin_threads(cores: Sequence[int]) -> None:
             pass
 
 
-def pin_rank(cluster, index: int, host_ranks: int) -> Optional[List[int]]:
-    """Pin this rank (``index`` of the host's ``host_ranks``) to its cores where ``cluster.pin``
-    and the ranks fit the cores (:func:`rank_cores`); the cores, or None where not pinned."""
+def pin_cores(cluster, index: int, host_ranks: int) -> Optional[List[int]]:
+    """The cores rank ``index`` of the host's ``host_ranks`` is pinned to under ``cluster``: its
+    :func:`rank_cores` where ``cluster.pin`` and the ranks fit the cores, else None (not pinned)."""
     if not getattr(cluster, "pin", False) or not hasattr(os, "sched_getaffinity"):
         return None
-    cores = rank_cores(index, host_ranks, os.sched_getaffinity(0))
+    return rank_cores(index, host_ranks, os.sched_getaffinity(0))
+
+
+def pin_rank(cluster, index: int, host_ranks: int) -> Optional[List[int]]:
+    """Pin this rank (``index`` of the host's ``host_ranks``) to its :func:`pin_cores`; the cores,
+    or None where not pinned."""
+    cores = pin_cores(cluster, index, host_ranks)
     if cores is not None:
         pin_threads(cores)
     return cores

@@ -66,7 +66,6 @@ def main(argv=None) -> None:
         report.progress(row)
     cols = ["paradigm", "pinned: step ms", "pinned: spread", "not pinned: step ms", "not pinned: spread",
             "not pinned ÷ pinned", "pinned: model's |error|", "not pinned: model's |error|"]
-    both = [e for (_, pin), xs in got.items() for _, e in xs]
     t = report.Table(f"pinning_{a.model}_{a.workers}", f"{a.model}, {a.workers} ranks on loopback, batch {a.batch} per "
                      f"worker: rank 0's median step of each run (about a second of steps), medians over {a.repeats} "
                      f"interleaved rounds and their spread (min–max); the model's |error| = |predicted ÷ measured − 1| "
@@ -75,7 +74,7 @@ def main(argv=None) -> None:
     notes = (f"Ranks pinned in the pinned column: {pinned_at.get(True, False)} (this host has "
              f"{len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()} cores for "
              f"{a.workers} ranks). The model's |error| over every run: pinned median "
-             f"{100 * _median(errs[True]):.1f} %, not pinned {100 * _median(errs[False]):.1f} % ({len(both)} runs). "
+             f"{100 * _median(errs[True]):.1f} %, not pinned {100 * _median(errs[False]):.1f} % ({len(errs[True]) + len(errs[False])} runs). "
              f"The host's 1-minute load as the suite ended: {os.getloadavg()[0]:.1f}.")
     cmd = ("python -m workbench.bench pinning " + " ".join(argv if argv is not None else [])).strip()
     path = report.write(suite, f"Ranks pinned to their cores or not: {a.model}, {a.workers} ranks", cmd, [t], [],

@@ -933,14 +933,6 @@ def measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, st
                                                  "pinned": pinned})
 
 
-def _pins(cfg, ranks: int) -> bool:
-    """Whether ``ranks`` ranks of ``cfg`` on this machine's loopback are pinned to cores
-    (``workbench.dist.pin_rank``), as the profile's own are."""
-    from workbench.dist import rank_cores
-    return bool(getattr(cfg.cluster, "pin", False)) and hasattr(os, "sched_getaffinity") \
-        and rank_cores(0, ranks, os.sched_getaffinity(0)) is not None
-
-
 def load_or_measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, root="experiments",
                     refresh: bool = False, log: Callable[[str], None] = print,
                     codec_fn: Optional[Callable] = None, loop_fns: Optional[Dict[str, Callable]] = None) -> Profile:
@@ -950,7 +942,8 @@ def load_or_measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = 
     if path.exists() and not refresh:
         prof = Profile.load(path)
         # a profile measured pinned does not hold for runs that are not (cluster.pin=false), nor the reverse
-        pinned = bool(prof.machine.get("pinned")) == _pins(cfg, ranks)
+        from workbench.dist import pin_cores
+        pinned = bool(prof.machine.get("pinned")) == (pin_cores(cfg.cluster, 0, ranks) is not None)
         if prof.version == PROFILE_VERSION and set(compressors or {}) <= set(prof.codecs) and pinned \
                 and (ranks < 2 or set(loop_fns or {}) <= set(prof.loops)):
             return prof
