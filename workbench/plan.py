@@ -85,10 +85,6 @@ from workbench.perfmodel.profile import Profile, ProfileError, load_or_measure, 
 
 LOOPBACK = "loopback"
 EMULATED = "emulated:"  # emulated:<rate>: this machine's ranks, each behind its own shaped link (network=emulated)
-# The emulated nodes' ranks are never pinned to cores (workbench.dist.init): a plan with such rows
-# profiles, and runs its loopback rows, unpinned too, so that every row is predicted from a profile
-# taken as its run runs
-UNPINNED = ["cluster.pin=false"]
 DEFAULT_BANDWIDTHS = ("1gbit", "10gbit", "100gbit")
 VERIFY_SKIP = 12  # steps left out of a verification run (DDP's bucket rebuild, PowerSGD's start)
 VERIFY_STEPS = 8  # steps measured after them, at least: a whole number of BMUF blocks and EASGD periods
@@ -404,8 +400,6 @@ def _overrides_of(cfg_or_overrides) -> List[str]:
 def _plan_rows(overrides, bandwidths, workers, profile, speedup, latency, only, root, log, refresh=False):
     import workbench
     from workbench.network import parse_time
-    if any(b.startswith(EMULATED) for b in bandwidths):
-        overrides = [*overrides, *UNPINNED]
     shared, _, _ = _split_overrides(overrides)
     base = workbench.compose(shared)
     from workbench.config import validate

@@ -55,6 +55,8 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", default=None, help="where the pairs are stored (default <out>/crossover/rounds)")
     p.add_argument("--host", default="", help="a label for the machine the rounds are taken on, when it is not the "
                    "usual one (e.g. xeon-spr): its own section and report directory")
+    p.add_argument("--pin", action="store_true", help="each rank pinned to its own cores (cluster.pin=true), in "
+                   "the profile and the runs alike; with --resume, rounds stored the other way are refused")
     p.add_argument("--errors", nargs="+", metavar="FILE", help="runs nothing: every stored run in these rounds "
                    "files against today's model's prediction from its round's profile, one line each")
     a = p.parse_args(argv)
@@ -89,7 +91,7 @@ def main(argv=None) -> None:
     store = Path(a.rounds) if a.rounds else out / "rounds"
     rows = []
     for model in a.models.split(","):
-        rows += measure_model(model, a.workers, a.batch, only, a.repeats, rng, store, out, a.resume)
+        rows += measure_model(model, a.workers, a.batch, only, a.repeats, rng, store, out, a.resume, a.pin)
     tested = [r for r in rows if r["_verdict"] is not None]
     within = [r for r in tested if r["_verdict"] == "within 20 %"]
     unanimous = [r for r in within if r["_agree"] == r["_rounds"]]
@@ -251,7 +253,8 @@ def check_stored_codecs(unit: dict, only: list, path: Path) -> None:
                               "into another --rounds")
 
 
-def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: Path, resume: bool) -> list:
+def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: Path, resume: bool,
+                  pin: bool = False) -> list:
     """One model, round by round: a fresh profile (or the round's stored one), each compressor's
     predicted crossover from it and, for those in ``rng``, the interleaved pairs at that round's
     bracket; the table's rows. A profile per round, because one profile does not hold for the
@@ -260,24 +263,28 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
     from workbench import runstore
     from workbench.bench.bandwidth import finite
     from workbench.perfmodel.profile import Profile
+    from workbench.core import ConfigError
     from workbench.plan import (
         LOOPBACK,
-        UNPINNED,
         _plan_rows,
         emulated_crossover_bps,
         predict_rows,
         verify_steps,
         verify_variant,
     )
-    # every run is behind the emulated links, whose ranks are not pinned: nor is the profile's (UNPINNED)
+    # the profile's ranks are pinned as the runs' are, or not (workbench.dist.pin_rank)
     ov = [f"model={model}", *report.data_overrides(model, batch), "cluster.timeout_s=600", f"output_root={out / 'runs'}",
-          *UNPINNED]
+          f"cluster.pin={str(pin).lower()}"]
     path = store / f"{model}-N{workers}-b{batch}.json"
     unit = (runstore.read_json(path) if resume else None) or {}
     unit.setdefault("rounds", {})
     path.parent.mkdir(parents=True, exist_ok=True)
     labels = ["sync"] + ([f"compressed/{c}" for c in only] if only else ["compressed"])
     check_stored_codecs(unit, only, path)
+    other = sorted(k for k, r in unit["rounds"].items() if bool(r["profile"].get("machine", {}).get("pinned")) != pin)
+    if other:
+        raise ConfigError(f"invalid value {pin!r} for --pin: {path} holds rounds {', '.join(other)} taken "
+                          f"{'unpinned' if pin else 'pinned'}; measure into another --rounds")
     per: dict = {}  # compressor -> one entry per round: its prediction and its pair
     for k in range(1, repeats + 1):
         rnd = unit["rounds"].get(str(k))

@@ -78,7 +78,7 @@ def main(argv=None) -> None:
         a.models, a.workers, a.only = "small_cnn", 2, "sync,ps"
     import copy
     from workbench.perfmodel.profile import host_span
-    from workbench.plan import EMULATED, UNPINNED, _plan_rows, check_verifiable, error_quantiles, parse_bandwidths, verify
+    from workbench.plan import _plan_rows, check_verifiable, error_quantiles, parse_bandwidths, verify
     bandwidths = parse_bandwidths(a.bandwidths)
     check_verifiable(bandwidths)
     out = Path(a.out) / "planner"
@@ -94,8 +94,6 @@ def main(argv=None) -> None:
     for model in a.models.split(","):
         ov = [f"model={model}", *report.data_overrides(model, a.batch), "cluster.timeout_s=600",
               f"output_root={out / 'runs'}"]
-        if any(b.startswith(EMULATED) for b in bandwidths):  # a round's one profile serves every bandwidth
-            ov += UNPINNED
         # With rounds, each profiles anew before its runs, so that a row's error compares a prediction
         # and a measurement of the same minutes: this host's speed drifted by 20–50 % within an hour
         # (a bare 3-rank DDP loop: 7.3–7.8 ms a step at 15:45, 9.1–11.5 ms at 16:38, docs/planner.md).

@@ -677,7 +677,7 @@ def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, loop_
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from workbench import data as data_mod
-    from workbench.dist import pin_rank, threads_per_rank
+    from workbench.dist import pin_rank, threads_per_rank, yield_gloo_loops
     from workbench.meter import AllreduceHookState, Meter, metered_allreduce_hook
     from workbench.models import build_model
     os.environ["WORKBENCH_HOST_RANKS"] = str(world)
@@ -687,6 +687,8 @@ def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, loop_
     # gloo's default timeout (30 min), not cluster.timeout_s: the other ranks wait in a broadcast
     # while rank 0 times every codec alone, which took over 120 s for VGG-16's buckets here
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
+    if pinned is not None:
+        yield_gloo_loops()
     try:
         spec = data_mod.DATASETS[cfg.data.name].spec(cfg.data)
         torch.manual_seed(cfg.seed)
@@ -917,6 +919,7 @@ def measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, st
     (``Profile.loops``; the caller passes :data:`workbench.ps.profile.LOOPS`, the parameter server's,
     and :func:`workbench.compress.profile.hook_loops`, each compressor's DDP hook).
     Seconds for the small models; a minute or more for VGG-16 on a loaded CPU."""
+    from workbench.dist import GLOO_LOOP_NICE
     res = _run_ranks(cfg, ranks, compressors or {}, codec_fn, loop_fns or {}, steps)
     key = profile_key(cfg)
     threads = res.pop("threads")
@@ -930,7 +933,7 @@ def measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, st
                    param_shapes=[tuple(s) for s in res["param_shapes"]], bucket_cap_mb=res["bucket_cap_mb"],
                    buckets=[{"numel": b["numel"], "shapes": [list(s) for s in b["shapes"]]} for b in res["buckets"]],
                    codecs=res["codecs"], machine={**machine(), "ranks": ranks, "threads_per_rank": threads,
-                                                 "pinned": pinned})
+                                                 "pinned": pinned, **({"gloo_loop_nice": GLOO_LOOP_NICE} if pinned else {})})
 
 
 def load_or_measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, root="experiments",
@@ -942,8 +945,10 @@ def load_or_measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = 
     if path.exists() and not refresh:
         prof = Profile.load(path)
         # a profile measured pinned does not hold for runs that are not (cluster.pin=false), nor the reverse
-        from workbench.dist import pin_cores
-        pinned = bool(prof.machine.get("pinned")) == (pin_cores(cfg.cluster, 0, ranks) is not None)
+        from workbench.dist import GLOO_LOOP_NICE, pin_cores
+        want = pin_cores(cfg.cluster, 0, ranks) is not None
+        # and pinned before its gloo device threads yielded (workbench.dist.yield_gloo_loops) is not pinned now
+        pinned = bool(prof.machine.get("pinned")) == want and (not want or prof.machine.get("gloo_loop_nice") == GLOO_LOOP_NICE)
         if prof.version == PROFILE_VERSION and set(compressors or {}) <= set(prof.codecs) and pinned \
                 and (ranks < 2 or set(loop_fns or {}) <= set(prof.loops)):
             return prof
