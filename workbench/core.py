@@ -134,7 +134,7 @@ class ClusterConfig:
     backend: str = "auto"  # auto (nccl with CUDA, else gloo) | gloo | nccl
     device: str = "auto"  # auto (cuda if available) | cpu | cuda
     threads: int = 0  # torch threads per rank (0: cores // local ranks)
-    pin: bool = False  # each rank's threads on its own cores where the ranks fit them (not emulated nodes)
+    pin: bool = False  # each rank's threads on its own cores where the ranks fit them (emulated nodes too)
     timeout_s: float = 120.0  # every collective and receive fails after this long
     master_addr: str = "127.0.0.1"
     master_port: int = 0  # 0: pick a free port

@@ -87,9 +87,10 @@ def pin_threads(cores: Sequence[int]) -> None:
     nothing pinned, the scheduler moves a rank's threads (the training loop, the compression hook's
     thread, gloo's) between the cores. On the Xeon VM, 2 ranks, DDP's loop with the fp16 hook read
     4.4-7.2 ms a step unpinned and 3.7-4.0 pinned, and every compressor's run was 1.17-1.43x faster
-    pinned. But pinned, gloo's all-reduce of 605 KB (the small CNN's one fp32 bucket) stalls for
-    most of a 4 ms tick in many steps, and ``trainer=sync`` took 7.1 ms a step against 4.8
-    (docs/planner.md, "Ranks pinned to their cores")."""
+    pinned. Pinned, gloo's all-reduce of 605 KB (the small CNN's one fp32 bucket) stalled for most
+    of a 4 ms tick in many steps until its device thread was given nice 19
+    (:func:`yield_gloo_loops`, docs/planner.md, "Ranks pinned to their cores", "gloo's device
+    thread spins")."""
     if not hasattr(os, "sched_setaffinity"):  # not Linux: the scheduler's placement stands
         return
     for task in os.listdir("/proc/self/task"):
@@ -121,16 +122,38 @@ def yield_gloo_loops() -> List[int]:
     if not hasattr(os, "setpriority"):
         return []
     found = []
-    for task in os.listdir("/proc/self/task"):
+    for tid in gloo_loops():
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, GLOO_LOOP_NICE)
+            found.append(tid)
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return found
+
+
+def gloo_loops() -> List[int]:
+    """The thread ids of this process's gloo device threads (:data:`GLOO_LOOP`); none off Linux."""
+    found = []
+    for task in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else []:
         try:
             with open(f"/proc/self/task/{task}/comm") as f:
-                if f.read().strip() != GLOO_LOOP:
-                    continue
-            os.setpriority(os.PRIO_PROCESS, int(task), GLOO_LOOP_NICE)
-            found.append(int(task))
+                if f.read().strip() == GLOO_LOOP:
+                    found.append(int(task))
         except (OSError, ValueError):  # a thread that ended meanwhile
             pass
     return found
+
+
+def gloo_loop_nice() -> Optional[List[int]]:
+    """The nice values of this process's gloo device threads, read back from the kernel
+    (``summary.json`` → ``gloo_loop_nice``: [19] where the rank is pinned); None with none."""
+    nices = set()
+    for tid in gloo_loops():
+        try:
+            nices.add(os.getpriority(os.PRIO_PROCESS, tid))
+        except OSError:
+            pass
+    return sorted(nices) or None
 
 
 def new_group(*args, **kwargs):

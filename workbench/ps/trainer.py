@@ -32,6 +32,7 @@ import torch.distributed as dist
 from workbench import checkpoint as ckpt
 from workbench import data as data_mod
 from workbench.core import ConfigError, world_size
+from workbench.dist import new_group
 from workbench.models import build_model
 from workbench.ps import stats as S
 from workbench.ps.protocol import PSClient
@@ -80,7 +81,7 @@ class PSTrainer(Trainer):
 
     def run(self) -> dict:
         if self.info.backend == "nccl":
-            self.group = dist.new_group(backend="gloo")  # collective: every rank creates it
+            self.group = new_group(backend="gloo")  # collective: every rank creates it
         if not self.is_worker:
             return self.serve()
         summary = super().run()

@@ -54,6 +54,7 @@ from torch.utils.data import Dataset
 
 from workbench import data as data_mod
 from workbench.core import ConfigError, TrainerConfig, store_schema, world_size
+from workbench.dist import new_group
 from workbench.meter import AllreduceHookState, flat_collective, metered_sum_hook, size_buckets
 from workbench.models import MODELS, SplitModel
 from workbench.perfmodel import stanza as pm
@@ -227,8 +228,8 @@ class StanzaTrainer(Trainer):
         self.n_f, self.n_c = n_f, n - n_f
         self.conv_ranks, self.fc_ranks = list(range(self.n_c)), list(range(self.n_c, n))
         # Every rank creates every group, in the same order (torch.distributed's rule).
-        self.conv_group = dist.new_group(self.conv_ranks)
-        self.fc_group = dist.new_group(self.fc_ranks)
+        self.conv_group = new_group(self.conv_ranks)
+        self.fc_group = new_group(self.fc_ranks)
         self.is_conv = self.rank < self.n_c
         self.workers = self.n_c
         self.batch_size = data_mod.batch_size_per_worker(cfg, self.n_c)
