@@ -2,6 +2,7 @@
 Markdown and HTML report, and its byte counts equal the analytic ones. Timings are never asserted."""
 import csv
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -371,6 +372,27 @@ def test_a_stored_round_without_a_compressors_codec_is_refused_in_one_line(tmp_p
     assert "another --rounds" in str(e.value) and "\n" not in str(e.value)
     with pytest.raises(ConfigError, match="for --only: round 1"):
         check_stored_codecs(unit, [], tmp_path / "r.json")  # every registered compressor
+
+
+def test_rounds_stored_pinned_the_other_way_are_refused_in_one_line(tmp_path):
+    """--pin against rounds whose profiles were taken unpinned (the committed version-12 ones), and
+    the reverse: one line, exit 2, nothing profiled or run."""
+    from workbench.bench.crossover import check_stored_pinning
+    from workbench.core import ConfigError
+    unit = {"rounds": {"2": {"profile": {"machine": {"pinned": True}}}, "10": {"profile": {"machine": {}}}}}
+    with pytest.raises(ConfigError, match=r"for --pin: .* holds rounds 10 taken unpinned"):
+        check_stored_pinning(unit, True, tmp_path / "r.json")
+    with pytest.raises(ConfigError, match="holds rounds 2 taken pinned"):
+        check_stored_pinning(unit, False, tmp_path / "r.json")
+    rounds = tmp_path / "rounds"
+    rounds.mkdir()
+    shutil.copy(ROOT / "experiments/crossover-rounds/xeon-host-v12/small_cnn-N2-b16.json", rounds)
+    p = subprocess.run([sys.executable, "-m", "workbench.bench", "crossover", "--models", "small_cnn", "--workers", "2",
+                        "--pin", "--resume", f"--rounds={rounds}", f"--out={tmp_path / 'out'}"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "invalid value True for --pin" in p.stderr, p.stderr
+    assert "holds rounds 1, 2, 3, 4, 5 taken unpinned" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out" / "crossover").exists()  # nothing profiled or run
 
 
 def test_the_crossover_suite_reads_each_stored_run_against_the_model():

@@ -237,6 +237,17 @@ def print_errors(paths: list) -> None:
                       f"{b['median_error'] * 100:+12.1f}%")
 
 
+def check_stored_pinning(unit: dict, pin: bool, path: Path) -> None:
+    """Rounds stored with their ranks pinned the other way (their profile's ``machine["pinned"]``)
+    are not resumed into: one ConfigError naming them, before anything runs."""
+    from workbench.core import ConfigError
+    other = sorted((k for k, r in unit["rounds"].items()
+                    if bool(r["profile"].get("machine", {}).get("pinned")) != pin), key=int)
+    if other:
+        raise ConfigError(f"invalid value {pin!r} for --pin: {path} holds rounds {', '.join(other)} taken "
+                          f"{'unpinned' if pin else 'pinned'}; measure into another --rounds")
+
+
 def check_stored_codecs(unit: dict, only: list, path: Path) -> None:
     """A stored round predicts from its own profile, which measured the codecs of the compressors
     asked for then; one asked for now that it lacks cannot be predicted for that round. Said before
@@ -263,7 +274,6 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
     from workbench import runstore
     from workbench.bench.bandwidth import finite
     from workbench.perfmodel.profile import Profile
-    from workbench.core import ConfigError
     from workbench.plan import (
         LOOPBACK,
         _plan_rows,
@@ -281,10 +291,7 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
     path.parent.mkdir(parents=True, exist_ok=True)
     labels = ["sync"] + ([f"compressed/{c}" for c in only] if only else ["compressed"])
     check_stored_codecs(unit, only, path)
-    other = sorted(k for k, r in unit["rounds"].items() if bool(r["profile"].get("machine", {}).get("pinned")) != pin)
-    if other:
-        raise ConfigError(f"invalid value {pin!r} for --pin: {path} holds rounds {', '.join(other)} taken "
-                          f"{'unpinned' if pin else 'pinned'}; measure into another --rounds")
+    check_stored_pinning(unit, pin, path)
     per: dict = {}  # compressor -> one entry per round: its prediction and its pair
     for k in range(1, repeats + 1):
         rnd = unit["rounds"].get(str(k))
