@@ -1,7 +1,7 @@
 """Each rank's threads on its own cores (``cluster.pin=true``; off by default): which cores, and that
 a run's ranks are pinned where asked and the ranks fit the cores, and not where they do not or by
 default (behind the emulated links: tests/test_network.py); a pinned rank's gloo device threads at
-nice 19 (``workbench.dist.yield_gloo_loops``)."""
+nice 10 (``workbench.dist.yield_gloo_loops``)."""
 import os
 import subprocess
 import sys
@@ -38,7 +38,7 @@ def test_a_run_pins_its_ranks_where_they_fit(run_overrides):
 
 def test_every_gloo_device_thread_of_a_process_yields():
     """A process group of its own (gloo, one rank) and another made by ``workbench.dist.new_group``
-    in a pinned process: each has a device thread, and both end at nice 19, read back."""
+    in a pinned process: each has a device thread, and both end at nice 10, read back."""
     code = (
         "import os, torch.distributed as dist\n"
         "from workbench import dist as wd\n"

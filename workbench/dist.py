@@ -88,7 +88,7 @@ def pin_threads(cores: Sequence[int]) -> None:
     thread, gloo's) between the cores. On the Xeon VM, 2 ranks, DDP's loop with the fp16 hook read
     4.4-7.2 ms a step unpinned and 3.7-4.0 pinned, and every compressor's run was 1.17-1.43x faster
     pinned. Pinned, gloo's all-reduce of 605 KB (the small CNN's one fp32 bucket) stalled for most
-    of a 4 ms tick in many steps until its device thread was given nice 19
+    of a 4 ms tick in many steps until its device thread was given nice 10
     (:func:`yield_gloo_loops`, docs/planner.md, "Ranks pinned to their cores", "gloo's device
     thread spins")."""
     if not hasattr(os, "sched_setaffinity"):  # not Linux: the scheduler's placement stands
@@ -101,12 +101,12 @@ def pin_threads(cores: Sequence[int]) -> None:
 
 
 GLOO_LOOP = "gloo_tcp_loop"  # the name gloo's TCP transport gives its device thread
-GLOO_LOOP_NICE = 19
+GLOO_LOOP_NICE = 10
 
 
 def yield_gloo_loops() -> List[int]:
     """Give every gloo device thread of this process (:data:`GLOO_LOOP`, one per process group)
-    the lowest priority, nice 19; the threads' ids.
+    a lower priority, nice :data:`GLOO_LOOP_NICE`; the threads' ids.
 
     Why: gloo's device thread polls its sockets with epoll and takes a pair's lock with
     ``try_lock``. While the thread that runs the collective holds that lock (it sends a message
@@ -114,11 +114,15 @@ def yield_gloo_loops() -> List[int]:
     still there, and so spins in user space. Woken on the same core as the holder (pinned ranks:
     always), at the same priority it preempts the holder and spins until the scheduler's tick
     (4 ms at 250 Hz) hands the core back. Traced with sched_switch/sched_wakeup on the Xeon VM,
-    2 ranks pinned, an idle 605 KB all-reduce: the device thread ran 3.0-3.7 ms without a system
-    call in each slow one, and the holder went on sending at the tick. At nice 19 a woken device
+    2 ranks pinned, an idle 605 KB all-reduce: in 18 of 18 slow ones the device thread ran 1.8-4.0
+    ms without a socket event, and the holder went on sending at the tick. Lowered, a woken device
     thread no longer preempts the holder: 605 KB over the emulated veth links, pinned, median
-    2.1-3.5 ms (90th percentile 4.3) became 0.30-0.32 (0.38-0.59), over loopback the 90th
-    percentile 4.1-4.2 ms became 0.35 (docs/planner.md, "gloo's device thread spins")."""
+    2.1-3.5 ms (90th percentile 4.3) became 0.52 at nice 10 (0.62) and 0.30-0.32 at nice 19. Why
+    10, not 19: the device thread also reads what arrives while the rank computes on its one core,
+    and at nice 19 (a 1.5 % share) it hardly did, so ResNet-18's first bucket no longer overlapped
+    backward: `trainer=sync` behind 1238 Mbit/s links took 752-800 ms a step at nice 19, 679-699 at
+    nice 0 and 624-716 at nice 10, where the small CNN's `sync` took 4.4-4.5 ms at nice 10 against
+    7.7 at nice 0 (docs/planner.md, "gloo's device thread spins")."""
     if not hasattr(os, "setpriority"):
         return []
     found = []
@@ -146,7 +150,7 @@ def gloo_loops() -> List[int]:
 
 def gloo_loop_nice() -> Optional[List[int]]:
     """The nice values of this process's gloo device threads, read back from the kernel
-    (``summary.json`` → ``gloo_loop_nice``: [19] where the rank is pinned); None with none."""
+    (``summary.json`` → ``gloo_loop_nice``: [10] where the rank is pinned); None with none."""
     nices = set()
     for tid in gloo_loops():
         try:

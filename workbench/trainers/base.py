@@ -386,7 +386,7 @@ class Trainer:
             "device": str(self.device), "threads_per_rank": self.info.threads,
             # the cores rank 0's threads run on, read back from the kernel (None: not pinned, cluster.pin)
             "cores": sorted(os.sched_getaffinity(0)) if self.info.cores is not None else None,
-            # and its gloo device threads' priority, read back ([19] pinned: workbench.dist.yield_gloo_loops)
+            # and its gloo device threads' priority, read back ([10] pinned: workbench.dist.yield_gloo_loops)
             "gloo_loop_nice": gloo_loop_nice(),
             "global_batch": self.global_batch, "batch_per_worker": self.batch_size,
             "steps": step, "epochs": step / steps_per_epoch, "samples": samples,
