@@ -102,6 +102,7 @@ def pin_threads(cores: Sequence[int]) -> None:
 
 GLOO_LOOP = "gloo_tcp_loop"  # the name gloo's TCP transport gives its device thread
 GLOO_LOOP_NICE = 10
+_pinned = False  # this process's ranks are pinned (pin_rank): its gloo groups yield their device threads
 
 
 def yield_gloo_loops() -> List[int]:
@@ -167,9 +168,6 @@ def new_group(*args, **kwargs):
     if _pinned:
         yield_gloo_loops()
     return group
-
-
-_pinned = False  # this process's ranks are pinned (pin_rank): its gloo groups yield their device threads
 
 
 def pin_cores(cluster, index: int, host_ranks: int) -> Optional[List[int]]:
