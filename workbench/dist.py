@@ -59,14 +59,19 @@ def check_gpus_for_nccl(cluster) -> None:
                           f"has {gpus}; set cluster.backend=gloo to let {cluster.nproc} ranks share them")
 
 
+def host_ranks(local_world_size: int) -> int:
+    """How many ranks share this machine's cores: ``WORKBENCH_HOST_RANKS`` where it is set (an
+    emulated cluster's nodes all run here, but each agent sees LOCAL_WORLD_SIZE=1), else the local
+    world size."""
+    return int(os.environ.get("WORKBENCH_HOST_RANKS", local_world_size))
+
+
 def threads_per_rank(cluster, local_world_size: int) -> int:
     if cluster.threads > 0:
         return cluster.threads
-    # An emulated cluster's nodes all share this machine: each agent sees LOCAL_WORLD_SIZE=1, but
-    # its rank must share the cores with every other node's (oversubscribed OpenMP threads spin
-    # against gloo's and slowed DDP's overlapped all-reduce 2-4x).
-    sharing = int(os.environ.get("WORKBENCH_HOST_RANKS", local_world_size))
-    return max(1, (os.cpu_count() or 1) // max(1, sharing))
+    # An emulated node's rank must share the cores with every other node's (oversubscribed OpenMP
+    # threads spin against gloo's and slowed DDP's overlapped all-reduce 2-4x).
+    return max(1, (os.cpu_count() or 1) // max(1, host_ranks(local_world_size)))
 
 
 def rank_cores(index: int, host_ranks: int, allowed: Sequence[int]) -> Optional[List[int]]:
@@ -201,7 +206,7 @@ def init(cluster) -> DistInfo:
     if node is None:
         cores = pin_rank(cluster, local_rank, local_world)
     else:
-        cores = pin_rank(cluster, int(node), int(os.environ.get("WORKBENCH_HOST_RANKS", local_world)))
+        cores = pin_rank(cluster, int(node), host_ranks(local_world))
     torch.set_num_threads(threads)
     device = choose_device(cluster, local_rank)
     if device.type == "cuda":
