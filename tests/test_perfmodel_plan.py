@@ -88,6 +88,13 @@ def test_sync_hides_every_bucket_but_the_last_behind_backward_on_a_network():
     assert slow.bottleneck == "link"
     assert P.exposed_after_backward(1.0, [0.1, 0.1], [1, 1]) == pytest.approx(0.1)  # 0.5+0.1, then 1.0+0.1
     assert P.exposed_after_backward(1.0, [0.8, 0.1], [1, 1]) == pytest.approx(0.4)  # 0.5+0.8, then +0.1
+    # when the profile timed DDP's hook calls, they say when a bucket is ready, not its parameters:
+    # the first bucket handed over at 0.2 of backward hides behind the rest of it
+    assert P.exposed_after_backward(1.0, [0.8, 0.1], [1, 1], ready=[0.2, 1.0]) == pytest.approx(0.1)  # 1.0, +0.1
+    assert P.exposed_after_backward(1.0, [0.9, 0.1], [1, 1], ready=[0.2, 1.0]) == pytest.approx(0.2)  # 1.1, +0.1
+    timed = dataclasses.replace(two, buckets=[{**two.buckets[0], "ready": 0.3}, {**two.buckets[1], "ready": 1.0}])
+    assert P.bucket_ready(two) is None and P.bucket_ready(timed) == [0.3, 1.0]
+    assert P.sync(timed, net(4, bw=1e5)).step_s == pytest.approx(0.25 * comp + 0.3 * bwd + s1 + s2 + U)
     assert p.bytes == {"allreduce": {"sent": meter.allreduce_bytes(M, 4), "recv": meter.allreduce_bytes(M, 4)}}
 
 

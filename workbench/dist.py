@@ -93,7 +93,7 @@ def pin_threads(cores: Sequence[int]) -> None:
     thread, gloo's) between the cores. On the Xeon VM, 2 ranks, DDP's loop with the fp16 hook read
     4.4-7.2 ms a step unpinned and 3.7-4.0 pinned, and every compressor's run was 1.17-1.43x faster
     pinned. Pinned, gloo's all-reduce of 605 KB (the small CNN's one fp32 bucket) stalled for most
-    of a 4 ms tick in many steps until its device thread was given nice 10
+    of a 4 ms tick in many steps until its device thread was put under ``SCHED_BATCH``
     (:func:`yield_gloo_loops`, docs/planner.md, "Ranks pinned to their cores", "gloo's device
     thread spins")."""
     if not hasattr(os, "sched_setaffinity"):  # not Linux: the scheduler's placement stands
@@ -106,35 +106,40 @@ def pin_threads(cores: Sequence[int]) -> None:
 
 
 GLOO_LOOP = "gloo_tcp_loop"  # the name gloo's TCP transport gives its device thread
-GLOO_LOOP_NICE = 10
+GLOO_LOOP_SCHED = "batch"  # the scheduling policy a pinned rank's gloo device threads get (SCHED_BATCH)
+_POLICIES = {getattr(os, f"SCHED_{n.upper()}"): n for n in ("other", "batch", "idle", "fifo", "rr")
+             if hasattr(os, f"SCHED_{n.upper()}")}
 _pinned = False  # this process's ranks are pinned (pin_rank): its gloo groups yield their device threads
 
 
 def yield_gloo_loops() -> List[int]:
-    """Give every gloo device thread of this process (:data:`GLOO_LOOP`, one per process group)
-    a lower priority, nice :data:`GLOO_LOOP_NICE`; the threads' ids.
+    """Put every gloo device thread of this process (:data:`GLOO_LOOP`, one per process group)
+    under ``SCHED_BATCH`` (:data:`GLOO_LOOP_SCHED`), at the nice it had; the threads' ids.
 
     Why: gloo's device thread polls its sockets with epoll and takes a pair's lock with
     ``try_lock``. While the thread that runs the collective holds that lock (it sends a message
     of hundreds of KB), the device thread finds it taken, returns to epoll, whose events are
     still there, and so spins in user space. Woken on the same core as the holder (pinned ranks:
-    always), at the same priority it preempts the holder and spins until the scheduler's tick
+    always), as a normal thread it preempts the holder and spins until the scheduler's tick
     (4 ms at 250 Hz) hands the core back. Traced with sched_switch/sched_wakeup on the Xeon VM,
     2 ranks pinned, an idle 605 KB all-reduce: in 18 of 18 slow ones the device thread ran 1.8-4.0
-    ms without a socket event, and the holder went on sending at the tick. Lowered, a woken device
-    thread no longer preempts the holder: 605 KB over the emulated veth links, pinned, median
-    2.1-3.5 ms (90th percentile 4.3) became 0.52 at nice 10 (0.62) and 0.30-0.32 at nice 19. Why
-    10, not 19: the device thread also reads what arrives while the rank computes on its one core,
-    and at nice 19 (a 1.5 % share) it hardly did, so ResNet-18's first bucket no longer overlapped
-    backward: `trainer=sync` behind 1238 Mbit/s links took 752-800 ms a step at nice 19, 679-699 at
-    nice 0 and 624-716 at nice 10, where the small CNN's `sync` took 4.4-4.5 ms at nice 10 against
-    7.7 at nice 0 (docs/planner.md, "gloo's device thread spins")."""
-    if not hasattr(os, "setpriority"):
+    ms without a socket event, and the holder went on sending at the tick. A ``SCHED_BATCH``
+    thread never preempts on waking ("batch and idle tasks do not preempt non-idle tasks",
+    the fair scheduler's wake-up check), so it runs when the holder blocks, and finds the lock
+    free; its share of a busy core stays a normal thread's. The idle all-reduce over the emulated
+    veth links, pinned: 1210 KB median 3.4-3.6 ms (90th percentile 4.4-5.3) as it is, 0.81-0.83
+    (1.0-1.1) under ``SCHED_BATCH``. Lowering its nice instead (the first fix, stop 44) did
+    either the one or the other: nice 19 ended the stall but starved the thread's reading while
+    the rank computes on its one core (ResNet-18's `trainer=sync` behind 1238 Mbit/s links,
+    pinned, 781-791 ms a step against 666-677 as it is and 659-672 under ``SCHED_BATCH``), and
+    nice 10 left 1210 KB's 90th percentile at 3.2-4.1 ms (docs/planner.md, "gloo's device
+    thread spins")."""
+    if not hasattr(os, "sched_setscheduler") or not hasattr(os, "SCHED_BATCH"):
         return []
     found = []
     for tid in gloo_loops():
         try:
-            os.setpriority(os.PRIO_PROCESS, tid, GLOO_LOOP_NICE)
+            os.sched_setscheduler(tid, os.SCHED_BATCH, os.sched_param(0))
             found.append(tid)
         except OSError:  # a thread that ended meanwhile
             pass
@@ -154,16 +159,17 @@ def gloo_loops() -> List[int]:
     return found
 
 
-def gloo_loop_nice() -> Optional[List[int]]:
-    """The nice values of this process's gloo device threads, read back from the kernel
-    (``summary.json`` → ``gloo_loop_nice``: [10] where the rank is pinned); None with none."""
-    nices = set()
-    for tid in gloo_loops():
+def gloo_loop_sched() -> Optional[List[str]]:
+    """The scheduling policies of this process's gloo device threads, read back from the kernel
+    (``summary.json`` → ``gloo_loop_sched``: ["batch"] where the rank is pinned, else ["other"]);
+    None with none."""
+    found = set()
+    for tid in gloo_loops() if hasattr(os, "sched_getscheduler") else []:
         try:
-            nices.add(os.getpriority(os.PRIO_PROCESS, tid))
+            found.add(_POLICIES.get(os.sched_getscheduler(tid), "unknown"))
         except OSError:
             pass
-    return sorted(nices) or None
+    return sorted(found) or None
 
 
 def new_group(*args, **kwargs):

@@ -48,6 +48,7 @@ period where a paradigm communicates every few steps.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -220,17 +221,31 @@ def beyond_host_s(parts: Sequence[Sequence[Tuple[float, float, float]]], wait: f
     return [sum(max(0.0, stack + wait * n / whole - host) for host, stack, n in msgs) for msgs in parts]
 
 
-def exposed_after_backward(bwd: float, comm: Sequence[float], numels: Sequence[float]) -> float:
+def exposed_after_backward(bwd: float, comm: Sequence[float], numels: Sequence[float],
+                           ready: Optional[Sequence[float]] = None) -> float:
     """Seconds of communication left when backward ends: DDP launches bucket i when backward has
-    produced its gradients (taken at the share of the parameters through bucket i, in launch
-    order), and one bucket's collective at a time. The last bucket is ready only at the end, so
-    a one-bucket model (the small CNN) hides nothing, where ``max(bwd, Σ comm)`` hid it all."""
-    total = float(sum(numels)) or 1.0
-    done, seen = 0.0, 0.0
-    for t, n in zip(comm, numels):
-        seen += n
-        done = max(done, bwd * seen / total) + t
+    produced its gradients, at ``ready[i]`` of backward (the profile's timing of DDP's hook
+    calls, ``buckets[i]["ready"]``), and one bucket's collective at a time. The last bucket is
+    ready only at the end, so a one-bucket model (the small CNN) hides nothing, where
+    ``max(bwd, Σ comm)`` hid it all. Without ``ready``, the share of the parameters through
+    bucket i (in launch order): the model's only reading until 2026-12-05, which put ResNet-18's
+    first bucket (layer4, 65 % of the parameters) at 65 % of backward where DDP handed it over at
+    22 %, and so over-predicted its `sync` behind slow links by up to 19 %
+    (docs/planner.md, "When a bucket is ready")."""
+    if ready is None:
+        total = float(sum(numels)) or 1.0
+        ready = list(itertools.accumulate(n / total for n in numels))
+    done = 0.0
+    for t, r in zip(comm, ready):
+        done = max(done, bwd * r) + t
     return max(0.0, done - bwd)
+
+
+def bucket_ready(prof: Profile) -> Optional[List[float]]:
+    """When within backward DDP hands each bucket to its hook (shares of backward), as the profile
+    timed it; None for a profile from before it was timed (version 12 and older)."""
+    ready = [bk.get("ready") for bk in prof.buckets]
+    return None if not ready or any(r is None for r in ready) else [float(r) for r in ready]
 
 
 def _shares(total: float, weights: Sequence[float]) -> List[float]:
@@ -343,9 +358,9 @@ def _dp(prof: Profile, cl: Cluster, compressor: Optional[str]) -> Prediction:
         # overlaps backward as on a link
         wire = shaper_delay_s(cl, sum(sent), comp + sum(codec_s) + upd + sum(comm) + overhead)
         beyond = beyond_host_s(parts, wire) if oversubscribed(prof, cl) else _shares(wire, sent)
-        exposed = sum(comm) + overhead + exposed_after_backward(bwd, beyond, numels)
+        exposed = sum(comm) + overhead + exposed_after_backward(bwd, beyond, numels, bucket_ready(prof))
     else:
-        exposed = exposed_after_backward(bwd, comm, numels)
+        exposed = exposed_after_backward(bwd, comm, numels, bucket_ready(prof))
     book = prof.bookkeeping_s()
     step = comp + exposed + sum(codec_s) + upd + book
     terms = {"compute": comp, "update": upd, "communication": sum(comm), "exposed_communication": exposed,

@@ -10,7 +10,9 @@ A :class:`Profile` holds, for one model, data shape and per-worker batch, measur
 - ``u``: optimizer seconds per parameter (SGD with momentum; also what a server pays to apply);
 - ``alpha``, ``beta``: latency and bandwidth of one point-to-point message between two ranks, and
   ``beta_allreduce``, the ring all-reduce's per-rank bandwidth (they differ on shared memory);
-- ``buckets``: DDP's gradient buckets as they are after its rebuild at step 1 (numel and shapes);
+- ``buckets``: DDP's gradient buckets as they are after its rebuild at step 1 (numel and shapes),
+  and when within backward DDP hands each to its hook (``ready``, a share of the backward up to
+  the last one's call);
 - ``loops``: loops timed in place, seconds per worker step: DDP's own (:func:`ddp_loop_s`), and
   those of the layers above (the parameter server's: ``workbench.ps.profile``), handed in by the
   caller as the codecs are;
@@ -38,7 +40,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from workbench.perfmodel.stanza import StanzaInputs
 
-PROFILE_VERSION = 12  # 2: free-running levels, lockstep spans, collectives timed at their sizes, α the floor;
+PROFILE_VERSION = 13  # 2: free-running levels, lockstep spans, collectives timed at their sizes, α the floor;
 # 3: collectives timed in situ, after a lockstep backward; 4: in a free-running loop, less the lockstep span;
 # 5: the loops of the layers above timed too (the parameter server's); 6: codecs timed with every rank at
 # once, and each step's collectives together in the loop; 7: the loop fns get the batch and DDP's bucket
@@ -51,9 +53,11 @@ PROFILE_VERSION = 12  # 2: free-running levels, lockstep spans, collectives time
 # parameter's gradient (it had the classifier's alone), and the collectives from an idle release too;
 # 12: the loops timed in interleaved passes, their median kept (``loop_passes``: every reading). Whether
 # its ranks were pinned to cores (``machine["pinned"]``, absent: not) is not a version: a cached profile
-# serves the runs pinned as it was (``load_or_measure``)
+# serves the runs pinned as it was (``load_or_measure``); 13: when within backward each bucket is
+# ready (``buckets[i]["ready"]``; without it the model takes the share of the parameters through it)
 PROFILE_READABLE = 11  # the oldest version whose fields today's model reads: 12 changed how loops are timed, not
 # what a profile holds, so a round stored with its version-11 profile is still scored from it (``bench crossover``)
+READY_PASSES = 5  # backward passes timed for when DDP hands each bucket to its hook, their median kept
 LOOP_PASSES = 3  # a loop of short steps timed this many times, interleaved with the others, its median kept
 
 
@@ -449,7 +453,8 @@ class Profile:
     params_fc: int
     param_shapes: List[Tuple[int, ...]]
     bucket_cap_mb: float
-    buckets: List[dict]  # DDP buckets after the rebuild: {"numel", "shapes"}
+    buckets: List[dict]  # DDP buckets after the rebuild: {"numel", "shapes", "ready": its hook's call, a share of backward}
+    # (``ready`` up to the last bucket's call, which is 1; absent in profiles of version 12 and older)
     span_at: Tuple[float, ...] = ()  # s per batch from a common start to the last of k ranks' backward (lockstep)
     collectives: Dict[str, float] = field(default_factory=dict)  # "<collective>:<dtype>:<bytes>" -> s, measured here
     # the same collectives from a common idle release, no step around them (the ranks' host part of the
@@ -719,7 +724,8 @@ def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, loop_
         seen: List[dict] = []
 
         def hook(state, bucket):
-            seen.append({"numel": bucket.buffer().numel(), "shapes": [tuple(p.shape) for p in bucket.parameters()]})
+            seen.append({"numel": bucket.buffer().numel(), "shapes": [tuple(p.shape) for p in bucket.parameters()],
+                         "at": time.perf_counter()})
             fut = torch.futures.Future()
             fut.set_result(bucket.buffer())
             return fut
@@ -727,11 +733,25 @@ def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, loop_
         ddp.register_comm_hook(None, hook)
         x = torch.randn(b, spec.channels, spec.image_size, spec.image_size)
         y = torch.randint(0, spec.num_classes, (b,))
-        for _ in range(3):
+        # when, within backward, DDP hands each bucket to its hook (``ready``, a share of the
+        # backward up to the last bucket's call, which is 1: what follows it is the reducer's
+        # finalization, which waits for the collectives): a bucket's collective cannot start
+        # earlier. A share of the parameters stood for it until 2026-12-05, and ResNet-18's first
+        # bucket (layer4, 65 % of the parameters) was taken to be ready at 65 % of backward, where
+        # layer4's backward, at 1×1 pixels from a 32×32 input, is a small part of the work: DDP
+        # handed it over at 22 % (docs/planner.md, "When a bucket is ready")
+        ready: List[List[float]] = []
+        for i in range(2 + READY_PASSES):
             seen.clear()
             ddp.zero_grad(set_to_none=True)
-            torch.nn.functional.cross_entropy(ddp(x), y).backward()
-        buckets = list(seen)
+            loss = torch.nn.functional.cross_entropy(ddp(x), y)
+            t0 = time.perf_counter()
+            loss.backward()
+            if i >= 2:  # after DDP's bucket rebuild at the end of step 1
+                last = max(seen[-1]["at"] - t0, 1e-9)
+                ready.append([min(1.0, max(0.0, (s["at"] - t0) / last)) for s in seen])
+        buckets = [{"numel": s["numel"], "shapes": s["shapes"], "ready": statistics.median(r[j] for r in ready)}
+                   for j, s in enumerate(seen)]
         # the forward's share of forward+backward, rank 0 alone (the others wait at the barrier)
         share = 1 / 3
         if rank == 0:
@@ -919,7 +939,7 @@ def measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, st
     (``Profile.loops``; the caller passes :data:`workbench.ps.profile.LOOPS`, the parameter server's,
     and :func:`workbench.compress.profile.hook_loops`, each compressor's DDP hook).
     Seconds for the small models; a minute or more for VGG-16 on a loaded CPU."""
-    from workbench.dist import GLOO_LOOP_NICE
+    from workbench.dist import GLOO_LOOP_SCHED
     res = _run_ranks(cfg, ranks, compressors or {}, codec_fn, loop_fns or {}, steps)
     key = profile_key(cfg)
     threads = res.pop("threads")
@@ -931,9 +951,10 @@ def measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, st
                    collectives_idle=res["collectives_idle"], loops=res["loops"], loop_passes=res["loop_passes"],
                    boundary=res["boundary"], params_conv=res["params_conv"], params_fc=res["params_fc"],
                    param_shapes=[tuple(s) for s in res["param_shapes"]], bucket_cap_mb=res["bucket_cap_mb"],
-                   buckets=[{"numel": b["numel"], "shapes": [list(s) for s in b["shapes"]]} for b in res["buckets"]],
-                   codecs=res["codecs"], machine={**machine(), "ranks": ranks, "threads_per_rank": threads,
-                                                 "pinned": pinned, **({"gloo_loop_nice": GLOO_LOOP_NICE} if pinned else {})})
+                   buckets=[{"numel": b["numel"], "shapes": [list(s) for s in b["shapes"]], "ready": b["ready"]}
+                            for b in res["buckets"]],
+                   codecs=res["codecs"], machine={**machine(), "ranks": ranks, "threads_per_rank": threads, "pinned": pinned,
+                                                 **({"gloo_loop_sched": GLOO_LOOP_SCHED} if pinned else {})})
 
 
 def load_or_measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, root="experiments",
@@ -945,10 +966,11 @@ def load_or_measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = 
     if path.exists() and not refresh:
         prof = Profile.load(path)
         # a profile measured pinned does not hold for runs that are not (cluster.pin=false), nor the reverse
-        from workbench.dist import GLOO_LOOP_NICE, pin_cores
+        from workbench.dist import GLOO_LOOP_SCHED, pin_cores
         want = pin_cores(cfg.cluster, 0, ranks) is not None
         # and pinned before its gloo device threads yielded (workbench.dist.yield_gloo_loops) is not pinned now
-        pinned = bool(prof.machine.get("pinned")) == want and (not want or prof.machine.get("gloo_loop_nice") == GLOO_LOOP_NICE)
+        pinned = bool(prof.machine.get("pinned")) == want \
+            and (not want or prof.machine.get("gloo_loop_sched") == GLOO_LOOP_SCHED)
         if prof.version == PROFILE_VERSION and set(compressors or {}) <= set(prof.codecs) and pinned \
                 and (ranks < 2 or set(loop_fns or {}) <= set(prof.loops)):
             return prof

@@ -22,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from workbench import checkpoint as ckpt
 from workbench import data as data_mod
 from workbench.core import world_size
-from workbench.dist import DistInfo, gloo_loop_nice
+from workbench.dist import DistInfo, gloo_loop_sched
 from workbench.meter import Meter
 from workbench.models import SplitModel, build_model
 from workbench.runstore import RunLog
@@ -386,8 +386,9 @@ class Trainer:
             "device": str(self.device), "threads_per_rank": self.info.threads,
             # the cores rank 0's threads run on, read back from the kernel (None: not pinned, cluster.pin)
             "cores": sorted(os.sched_getaffinity(0)) if self.info.cores is not None else None,
-            # and its gloo device threads' priority, read back ([10] pinned: workbench.dist.yield_gloo_loops)
-            "gloo_loop_nice": gloo_loop_nice(),
+            # and its gloo device threads' scheduling policy, read back (["batch"] pinned:
+            # workbench.dist.yield_gloo_loops)
+            "gloo_loop_sched": gloo_loop_sched(),
             "global_batch": self.global_batch, "batch_per_worker": self.batch_size,
             "steps": step, "epochs": step / steps_per_epoch, "samples": samples,
             "final_test_accuracy": last_eval.get("test_accuracy"), "final_test_loss": last_eval.get("test_loss"),
