@@ -802,6 +802,8 @@ def test_verify_json_small_cnn_three_ranks_bytes_exact(tmp_path, capsys):
     assert set(prof.codecs) == {"topk", "powersgd", "fp16"}
     for c in prof.codecs.values():
         assert len(c["codec_shared_s"]) == len(c["codec_s"]) == len(prof.buckets) and min(c["codec_shared_s"]) > 0
+    # when DDP handed each bucket to its hook, a share of backward up to the last call (the small CNN: one)
+    assert [bk["ready"] for bk in prof.buckets] == [1.0] and P.bucket_ready(prof) == [1.0]
 
 
 def _die_on_last_rank(model, step, meter, comm_device, make_optimizer, reps, **_):
