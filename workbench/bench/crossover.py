@@ -7,7 +7,7 @@
     python -m workbench.bench crossover --models small_cnn --workers 2 --write   # a core per rank: a section of its own
     python -m workbench.bench crossover --errors experiments/crossover-rounds/small_cnn-N3-b16.json   # each run vs the model
     python -m workbench.bench crossover --models small_cnn --repeats 8 --resume --rounds experiments/crossover-rounds/xeon-host --host xeon-spr --write   # another machine: its own section
-    python -m workbench.bench crossover --models small_cnn --workers 2 --pin --rounds experiments/crossover-rounds/xeon-host-pinned --host xeon-spr-pinned --write   # ranks pinned (cluster.pin)
+    python -m workbench.bench crossover --models small_cnn --workers 2 --pin --rounds experiments/crossover-rounds/xeon-host-pinned-batch --host xeon-spr-pinned --write   # ranks pinned (cluster.pin)
 
 Issue 13's target is that every measured crossover (the link rate below which a compressor beats
 ``sync``) lies within 20 % of its prediction. The planner suite reads measured crossovers between
