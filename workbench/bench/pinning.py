@@ -11,8 +11,8 @@ Why it is measured: with 2 ranks on 2 cores and nothing pinned, the scheduler mo
 (the training loop, the compression hook's thread, gloo's) between the cores, and a run of the same
 compressor took 4.7 ms a step in one launch and 7.5 in the next; pinned, the compressors ran steadier
 and faster, and ``sync``'s one 605 KB all-reduce stalled until gloo's device thread was put under
-``SCHED_BATCH`` (docs/planner.md, "Ranks pinned to their cores", "gloo's device thread spins"). Which of the two goes
-first alternates by round, so a host that drifts favours neither.
+``SCHED_BATCH`` (docs/planner.md, "Ranks pinned to their cores", "gloo's device thread spins").
+Which of the two goes first alternates by round, so a host that drifts favours neither.
 Pinning needs as many cores as ranks: with more ranks than cores both columns run unpinned.
 """
 from __future__ import annotations

@@ -230,7 +230,7 @@ def exposed_after_backward(bwd: float, comm: Sequence[float], numels: Sequence[f
     ``max(bwd, Σ comm)`` hid it all. Without ``ready``, the share of the parameters through
     bucket i (in launch order): the model's only reading until 2026-12-05, which put ResNet-18's
     first bucket (layer4, 65 % of the parameters) at 65 % of backward where DDP handed it over at
-    22 %, and so over-predicted its `sync` behind slow links by up to 19 %
+    22–26 %, and so over-predicted its `sync` behind slow links by up to 19 %
     (docs/planner.md, "When a bucket is ready")."""
     if ready is None:
         total = float(sum(numels)) or 1.0
