@@ -738,8 +738,8 @@ def _spawned(rank: int, world: int, port: int, cfg, compressors, codec_fn, loop_
         # finalization, which waits for the collectives): a bucket's collective cannot start
         # earlier. A share of the parameters stood for it until 2026-12-05, and ResNet-18's first
         # bucket (layer4, 65 % of the parameters) was taken to be ready at 65 % of backward, where
-        # layer4's backward, at 1×1 pixels from a 32×32 input, is a small part of the work: DDP
-        # handed it over at 22 % (docs/planner.md, "When a bucket is ready")
+        # layer4's backward is about a quarter of the work (a ResNet's stages each do about as
+        # much): DDP handed it over at 22-26 % (docs/planner.md, "When a bucket is ready")
         ready: List[List[float]] = []
         for i in range(2 + READY_PASSES):
             seen.clear()
@@ -953,8 +953,9 @@ def measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, st
                    param_shapes=[tuple(s) for s in res["param_shapes"]], bucket_cap_mb=res["bucket_cap_mb"],
                    buckets=[{"numel": b["numel"], "shapes": [list(s) for s in b["shapes"]], "ready": b["ready"]}
                             for b in res["buckets"]],
-                   codecs=res["codecs"], machine={**machine(), "ranks": ranks, "threads_per_rank": threads, "pinned": pinned,
-                                                 **({"gloo_loop_sched": GLOO_LOOP_SCHED} if pinned else {})})
+                   codecs=res["codecs"],
+                   machine={**machine(), "ranks": ranks, "threads_per_rank": threads, "pinned": pinned,
+                            **({"gloo_loop_sched": GLOO_LOOP_SCHED} if pinned else {})})
 
 
 def load_or_measure(cfg, ranks: int, compressors: Optional[Dict[str, object]] = None, root="experiments",
