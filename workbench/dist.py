@@ -134,12 +134,13 @@ def yield_gloo_loops() -> List[int]:
     pinned, 781-791 ms a step against 666-677 as it is and 659-672 under ``SCHED_BATCH``), and
     nice 10 left 1210 KB's 90th percentile at 3.2-4.1 ms (docs/planner.md, "gloo's device
     thread spins")."""
-    if not hasattr(os, "sched_setscheduler") or not hasattr(os, "SCHED_BATCH"):
+    policy = getattr(os, f"SCHED_{GLOO_LOOP_SCHED.upper()}", None)
+    if not hasattr(os, "sched_setscheduler") or policy is None:
         return []
     found = []
     for tid in gloo_loops():
         try:
-            os.sched_setscheduler(tid, os.SCHED_BATCH, os.sched_param(0))
+            os.sched_setscheduler(tid, policy, os.sched_param(0))
             found.append(tid)
         except OSError:  # a thread that ended meanwhile
             pass
