@@ -354,6 +354,21 @@ def test_the_crossover_suite_refuses_bad_input_in_one_line(args, says, tmp_path)
     assert not (tmp_path / "crossover").exists()  # nothing profiled or run
 
 
+def test_the_planner_suite_refuses_a_bad_host_and_rounds_pinned_the_other_way(tmp_path):
+    """--host names a section and a directory; --pin against a stored (round, bandwidth) profiled
+    unpinned (the committed AMD rounds): one line, exit 2, before anything is profiled or run."""
+    rounds = tmp_path / "rounds"
+    rounds.mkdir()
+    shutil.copy(ROOT / "experiments/planner-rounds/small_cnn-N3-b16-loopback-r1.json", rounds)
+    for args, says in [(["--host", "my host"], "invalid value 'my host' for --host"),
+                       (["--models", "small_cnn", "--resume", "--rounds", str(rounds), "--pin"],
+                        f"invalid value True for --pin: {rounds} holds small_cnn-N3-b16-loopback-r1.json taken unpinned")]:
+        p = subprocess.run([sys.executable, "-m", "workbench.bench", "planner", *args, f"--out={tmp_path}"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and says in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+        assert not (tmp_path / "planner").exists()  # nothing profiled or run
+
+
 def test_the_crossover_suite_scores_a_pair_only_against_the_prediction_it_was_measured_for():
     from workbench.bench.crossover import scored
     assert scored([{"c": 1e9, "stale": True}])["verdict"] == "not scored: measured for another prediction"

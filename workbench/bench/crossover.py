@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import statistics
 from pathlib import Path
 
@@ -68,8 +67,7 @@ def main(argv=None) -> None:
     from workbench.core import ConfigError
     if a.workers < 2:
         raise ConfigError(f"invalid value {a.workers!r} for --workers: a crossover needs at least 2 ranks")
-    if a.host and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", a.host):
-        raise ConfigError(f"invalid value {a.host!r} for --host: letters, digits, '.', '_' and '-' (e.g. xeon-spr)")
+    report.check_host(a.host)
     if a.repeats < 1:
         raise ConfigError(f"invalid value {a.repeats!r} for --repeats: must be >= 1")
     from workbench.network import parse_rate
@@ -239,14 +237,9 @@ def print_errors(paths: list) -> None:
 
 
 def check_stored_pinning(unit: dict, pin: bool, path: Path) -> None:
-    """Rounds stored with their ranks pinned the other way (their profile's ``machine["pinned"]``)
-    are not resumed into: one ConfigError naming them, before anything runs."""
-    from workbench.core import ConfigError
-    other = sorted((k for k, r in unit["rounds"].items()
-                    if bool(r["profile"].get("machine", {}).get("pinned")) != pin), key=int)
-    if other:
-        raise ConfigError(f"invalid value {pin!r} for --pin: {path} holds rounds {', '.join(other)} taken "
-                          f"{'unpinned' if pin else 'pinned'}; measure into another --rounds")
+    """Rounds stored with their ranks pinned the other way are not resumed into (``report.check_pinned``)."""
+    report.check_pinned({k: r["profile"].get("machine", {})
+                         for k, r in sorted(unit["rounds"].items(), key=lambda kv: int(kv[0]))}, pin, path, "rounds")
 
 
 def check_stored_codecs(unit: dict, only: list, path: Path) -> None:

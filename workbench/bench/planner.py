@@ -5,6 +5,7 @@
     python -m workbench.bench planner --bandwidths loopback,emulated:50mbit,emulated:200mbit,emulated:1gbit --repeats 3 --write   # root
     python -m workbench.bench planner --tiny                         # CI smoke: small_cnn, 2 ranks, sync and ps
     python -m workbench.bench planner --models small_cnn,resnet18 --bandwidths loopback,emulated:200mbit,emulated:1gbit,emulated:4gbit --repeats 3 --resume --rounds experiments/planner-rounds --stop-after 100 --write   # root; hours here: run it again until done
+    python -m workbench.bench planner --models small_cnn --workers 2 --pin --bandwidths loopback,emulated:500mbit,emulated:1gbit,emulated:2gbit --repeats 3 --resume --rounds experiments/planner-rounds/xeon-host-pinned --host xeon-spr-pinned --write   # root; ranks pinned (cluster.pin), another machine's section
 
 For each model: ``python -m workbench.plan <model> --verify`` at each of ``--bandwidths`` (the
 profile, then every paradigm for 12 + 8 steps, ``workbench/plan.py``): ``loopback``, and
@@ -50,13 +51,14 @@ from typing import Optional
 from workbench.bench import report
 
 MODELS = ("small_cnn", "resnet18")
+WORKERS = 3
 COMMITTED = "experiments/planner-rounds"  # the rounds' directory git keeps (.gitignore)
 
 
 def main(argv=None) -> None:
     p = report.parser("planner", __doc__, "small_cnn, 2 ranks, sync and ps")
     p.add_argument("--models", default=",".join(MODELS))
-    p.add_argument("--workers", type=int, default=3, help="processes per run (cluster.nproc)")
+    p.add_argument("--workers", type=int, default=WORKERS, help="processes per run (cluster.nproc)")
     p.add_argument("--batch", type=int, default=16, help="samples per worker per step")
     p.add_argument("--only", default="", help="paradigm labels or prefixes (default: every one)")
     p.add_argument("--bandwidths", default="loopback", help="loopback and/or emulated:<rate> (root), comma separated")
@@ -71,7 +73,12 @@ def main(argv=None) -> None:
                    help="start no (round, bandwidth) once this many minutes have passed since the first began (0: "
                         "measure nothing, score what is stored); the table has what is measured, the notes say what "
                         "is missing (run the same command again)")
+    p.add_argument("--host", default="", help="a label for the machine the rounds are taken on, when it is not the "
+                   "usual one (e.g. xeon-spr): its own section and report directory")
+    p.add_argument("--pin", action="store_true", help="each rank pinned to its own cores (cluster.pin=true), in "
+                   "the profiles and the runs alike; with --resume, rounds stored the other way are refused")
     a = p.parse_args(argv)
+    report.check_host(a.host)
     if a.stop_after is not None and a.stop_after < 0:
         raise SystemExit(f"error: invalid value {a.stop_after!r} for --stop-after: must be >= 0 minutes")
     if a.tiny:
@@ -91,9 +98,15 @@ def main(argv=None) -> None:
     rounds_by_model, cfg_by_model = {}, {}
     missing = 0  # (round, bandwidth)s --stop-after left for another sitting
     kept: list = []  # when each (round, bandwidth) measurement an earlier sitting made was finished
+    # what earlier sittings stored (--resume), every one checked before anything runs
+    stored = {path: unit for path in (store / unit_name(m, a.workers, a.batch, bw, k, only)
+                                      for m in a.models.split(",") for k in range(1, a.repeats + 1) for bw in bandwidths)
+              if a.resume and (unit := load_unit(path)) is not None}
+    report.check_pinned({f.name: u["profile"].machine for f, u in stored.items()}, a.pin, store)
     for model in a.models.split(","):
+        # the profile's ranks are pinned as the runs' are, or not (workbench.dist.pin_rank)
         ov = [f"model={model}", *report.data_overrides(model, a.batch), "cluster.timeout_s=600",
-              f"output_root={out / 'runs'}"]
+              f"output_root={out / 'runs'}", *(["cluster.pin=true"] if a.pin else [])]
         # With rounds, each profiles anew before its runs, so that a row's error compares a prediction
         # and a measurement of the same minutes: this host's speed drifted by 20–50 % within an hour
         # (a bare 3-rank DDP loop: 7.3–7.8 ms a step at 15:45, 9.1–11.5 ms at 16:38, docs/planner.md).
@@ -104,7 +117,7 @@ def main(argv=None) -> None:
             round_rows, prof, ref = [], None, None
             for bw in bandwidths:
                 path = store / unit_name(model, a.workers, a.batch, bw, k, only)
-                unit = load_unit(path) if a.resume else None
+                unit = stored.get(path)
                 if unit is not None:
                     kept.append(unit["finished"])
                 else:
@@ -206,9 +219,12 @@ def main(argv=None) -> None:
                                   "the rounds' ratios",
                                   [{k: v for k, v in c.items() if not k.startswith("_")} for c in cross])] if cross else [])
     cmd = ("python -m workbench.bench planner " + " ".join(argv if argv is not None else [])).strip()
-    # one section per model set, so a second command (another model) adds its table, not replaces
+    # one section per model set, so a second command (another model) adds its table, not replaces;
+    # and one per rank count and machine (2 ranks on 2 cores is another regime than 3)
     name = ("" if a.models == ",".join(MODELS) else f", {a.models}") + ("" if a.bandwidths == "loopback" else f", {a.bandwidths}")
-    path = report.write("planner" + name.replace(", ", "-").replace(",", "-").replace(":", ""), "Planner: model vs measured" + name,
+    name += ("" if a.workers == WORKERS or a.tiny else f", {a.workers} ranks") + (f", on {a.host}" if a.host else "")
+    path = report.write("planner" + name.replace(", ", "-").replace(",", "-").replace(":", "").replace(" ", ""),
+                        "Planner: model vs measured" + name,
                         cmd, tables, notes=notes, out_root=a.out,
                         benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
     print("\n" + "\n\n".join(x.markdown() for x in tables) + f"\n\n{notes}\n\nreport: {path / 'report.html'}")

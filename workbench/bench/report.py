@@ -120,6 +120,28 @@ def parser(suite: str, doc: str, tiny: str):
     return p
 
 
+def check_host(label: str) -> None:
+    """``--host``: a label for the machine a suite's rounds are taken on, which names a section of
+    BENCHMARKS.md and a report directory; one ConfigError before anything runs where it cannot."""
+    import re
+
+    from workbench.core import ConfigError
+    if label and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", label):
+        raise ConfigError(f"invalid value {label!r} for --host: letters, digits, '.', '_' and '-' (e.g. xeon-spr)")
+
+
+def check_pinned(machines: dict, pin: bool, path: Path, kind: str = "") -> None:
+    """Stored measurements whose profile's ranks were pinned the other way (``machines``: each stored
+    measurement's name -> its profile's ``machine``, whose ``pinned`` is absent where not; ``kind``
+    what the names are, e.g. "rounds") are not resumed into: one ConfigError naming them, before
+    anything runs."""
+    from workbench.core import ConfigError
+    other = [k for k, m in machines.items() if bool(m.get("pinned")) != pin]
+    if other:
+        raise ConfigError(f"invalid value {pin!r} for --pin: {path} holds {kind + ' ' if kind else ''}{', '.join(other)} taken "
+                          f"{'unpinned' if pin else 'pinned'}; measure into another --rounds")
+
+
 def write(suite: str, title: str, command: str, tables: list, figures: list = (), notes: str = "",
           out_root: Path | str = ROOT / "experiments" / "bench", benchmarks_md: Path | None = None) -> Path:
     """Write the suite's report; return its directory. ``benchmarks_md``: also replace the suite's
