@@ -414,10 +414,11 @@ def test_ps_rows_on_this_host_take_the_loop_the_profile_timed():
 
 
 def test_ps_async_behind_the_shapers_here_never_beats_the_in_loop_line():
-    """Behind the emulated links at the profiled ranks a PS message takes the slower of two stages
-    of one pipeline: this host's idle stack plus the token bucket's wait, or the loopback's in-loop
-    line on the same cores. A fast link's exchange is the in-loop one; a slow link's is the bucket's
-    wait, as without the loops; ps/sync (its own lockstep phases) is untouched."""
+    """Behind the emulated links at the profiled ranks a PS message has two stages: the loopback's
+    in-loop line on the same cores, and the token bucket's wait. Where the ranks outnumber the cores
+    it takes the slower of this host's idle stack plus the wait and that line; with a core per rank
+    the line and the wait in series. A fast link's exchange is the in-loop one either way; a slow
+    link's is the bucket's wait plus the line with a core per rank, as without the loops otherwise."""
     import dataclasses
     import workbench
     from workbench.plan import cluster_for
@@ -428,17 +429,57 @@ def test_ps_async_behind_the_shapers_here_never_beats_the_in_loop_line():
     fast = cluster_for(cfg, prof, 4, "emulated:10gbit", 5e-5)
     idle = 2 * (2 * prof.alpha + M / prof.beta)
     assert M < fast.shaper_burst and idle < in_loop  # the burst holds the model: only the stacks differ
-    a = P.ps_async(prof, fast)
-    assert a.terms["exchange"] == pytest.approx(in_loop + U, rel=1e-9)
+    shared = dataclasses.replace(prof, machine={"cores": 2})  # 4 ranks on 2 cores
+    for pr in (prof, shared):
+        a = P.ps_async(pr, fast)
+        assert a.terms["exchange"] == pytest.approx(in_loop + U, rel=1e-9)
+        assert P.easgd(pr, fast, period=4).terms["exchange"] == pytest.approx((in_loop + U) / 4, rel=1e-9)
+        assert P.staleness(pr, fast, n=1).terms["exchange"] == pytest.approx(in_loop + U / 3, rel=1e-9)
     assert P.ps_async(PROF, fast).terms["exchange"] == pytest.approx(idle + U, rel=1e-9)
-    assert P.easgd(prof, fast, period=4).terms["exchange"] == pytest.approx((in_loop + U) / 4, rel=1e-9)
-    assert P.staleness(prof, fast, n=1).terms["exchange"] == pytest.approx(in_loop + U / 3, rel=1e-9)
     slow = cluster_for(cfg, prof, 4, "emulated:10mbit", 5e-5)
-    assert P.ps_async(prof, slow).step_s == P.ps_async(PROF, slow).step_s  # the bucket's wait dominates
-    assert P.ps_sync(prof, fast).step_s == P.ps_sync(PROF, fast).step_s
+    # the bucket's wait dominates where the cores are shared; with a core per rank the line adds to it
+    assert P.ps_async(shared, slow).step_s == P.ps_async(dataclasses.replace(shared, loops={}), slow).step_s
+    assert P.ps_async(prof, slow).step_s > P.ps_async(PROF, slow).step_s
+    wait, msg = 0.01, 2 * line.latency + M / line.bandwidth
+    assert P._behind_shaper_s(slow, line, M, wait, series=True) == pytest.approx(msg + wait, rel=1e-12)
+    assert P._behind_shaper_s(slow, line, M, wait) == pytest.approx(max(msg, 2 * slow.latency + M / prof.beta + wait))
+    # hardsync behind a fast link: the loop's own exchange, as on loopback (its host part; no wait)
+    here = cluster_for(cfg, prof, 4, "loopback", 5e-5)
+    assert P.ps_sync(prof, fast).step_s == pytest.approx(P.ps_sync(prof, here).step_s, rel=1e-9)
+    assert P.ps_sync(prof, fast).step_s > P.ps_sync(PROF, fast).step_s  # the idle stack alone was faster
     # not the profiled ranks, or another speed: the idle stack, as before
     for cl, pr in ((cluster_for(cfg, prof, 3, "emulated:10gbit", 5e-5), prof), (fast, prof.with_speedup(2.0))):
         assert P.ps_async(pr, cl).step_s == P.ps_async(dataclasses.replace(pr, loops={}), cl).step_s
+        assert P.ps_sync(pr, cl).step_s == P.ps_sync(dataclasses.replace(pr, loops={}), cl).step_s
+
+
+def test_ps_hardsync_behind_the_shapers_here_adds_the_wait_to_the_loop_on_a_core_per_rank():
+    """One worker and one server, a core each, behind links whose bucket does not hold the model:
+    the hardsync loop's exchange (timed on loopback) plus each phase's wait for what the refilled
+    burst does not cover. The asynchronous loop of one worker is the same loop: its link idles
+    through the update, the pull and its compute, not the compute alone, so it refills as fully
+    (measured on the Xeon VM pinned, 2026-12-05: both 6.7–7.2 ms behind 1 Gbit/s)."""
+    import dataclasses
+    import workbench
+    from workbench.plan import cluster_for
+    cfg = workbench.compose([])
+    base = synthetic_profile(params_conv=50_000, params_fc=50_000)  # M = 400 kB
+    m, comp, apply = base.model_bytes, base.sync_compute_s(1), base.update_s()
+    loop = comp + apply + 3e-3  # the hardsync round on loopback: 3 ms of exchange
+    prof = dataclasses.replace(base, ranks=2, machine={"cores": 2},
+                               loops={"ps/sync": loop, "ps/async": loop, "ps/async/header": comp + 1e-3})
+    cl = cluster_for(cfg, prof, 2, "emulated:100mbit", 5e-5)
+    R, B = cl.shaper_rate, cl.shaper_burst
+    assert B < m and comp + apply > B / R  # a full bucket each phase, which does not hold the model
+    p = P.ps_sync(prof, cl)
+    assert p.step_s == pytest.approx(comp + 3e-3 + 2 * (m - B) / R + apply + prof.bookkeeping_s(), rel=1e-9)
+    a = P.ps_async(prof, cl)
+    assert a.step_s == pytest.approx(p.step_s, rel=0.05)
+    # 2 ranks on 1 core: the slower of the idle stack plus the wait, and the loop's part
+    one = dataclasses.replace(prof, machine={"cores": 1})
+    host_s, stack = 1.5e-3, 2 * prof.alpha + m / prof.beta
+    q = P.ps_sync(one, cl)
+    assert q.step_s == pytest.approx(comp + 2 * max(stack + (m - B) / R, host_s) + apply + prof.bookkeeping_s(), rel=1e-9)
 
 
 def test_bmuf_and_easgd_amortise_their_exchange():

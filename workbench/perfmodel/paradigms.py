@@ -32,7 +32,10 @@ AR(n, p) / AG(n, p) / PS(n, W, S) the collective times of :mod:`workbench.perfmo
   host's emulated links every transfer of the PS rows passes the token buckets of both ends: what
   a bucket refilled while its direction idled goes at the host's speed, the rest at the rate; at
   the profiled ranks a message never goes faster than the loopback's in-loop line below (the
-  host's copies and the bucket are two stages of one pipeline: :func:`_behind_shaper_s`).
+  host's copies and the bucket are two stages of one pipeline: :func:`_behind_shaper_s`), and
+  with a core per rank it takes that line and then the bucket's wait, in series; ``ps/sync``'s
+  phases likewise take the hardsync loop's exchange as their host part. A worker's link idles
+  through its whole cycle but its own message out (the update, the pull, its local steps).
   On loopback at the profiled ranks with one server the profile timed the PS loop itself
   (``Profile.loops``): ``ps/sync`` is its hardsync period beyond the workers' lockstep span, and
   the asynchronous rows (and Stanza's transfers) take the point-to-point line α', β' at which
@@ -432,38 +435,49 @@ def _increasing_root(h: Callable[[float], float], lo: float, hi: float, rounds: 
     return hi
 
 
-def _ps_phase_s(prof: Profile, cl: Cluster, workers: int, servers: int, busy_s: float) -> float:
+def _ps_phase_s(prof: Profile, cl: Cluster, workers: int, servers: int, busy_s: float,
+                host_s: Optional[float] = None) -> float:
     """One lockstep push (or pull) of the model: every worker's shard to every server at once
     (``collectives.ps_transfer_time``). Behind token buckets (the emulated links; both directions of
     every link shaped) the worker's link carries M and a server's link W·M/S, each starting with the
     tokens refilled while that direction idled: during the other phase and ``busy_s`` (compute and
     the update). At 1 Gbit/s the bucket holds 500 KB: a worker's 605 KB small-CNN push waits for
-    105 KB, where 8/rate per byte charged it 605 KB."""
+    105 KB, where 8/rate per byte charged it 605 KB. ``host_s``: the phase's host part as this
+    host's hardsync loop timed it (:func:`ps_sync`), which the bucket's wait follows in series where
+    every rank has a core of its own and which is the floor of the idle stack's line plus the wait
+    where they share the cores (:func:`_behind_shaper_s`)."""
     if cl.shaper_rate <= 0:
         return C.ps_transfer_time(prof.model_bytes, workers, servers, cl.bandwidth, cl.latency)
     n, host = prof.model_bytes, _host_bandwidth(cl)
+    series = host_s is not None and not oversubscribed(prof, cl)
 
     def phase(idle: float) -> float:
-        worker = C.PS_MESSAGES * cl.latency + n / host + shaper_delay_s(cl, n, idle)
-        server = workers * (C.PS_MESSAGES * cl.latency + n / (servers * host)) + shaper_delay_s(cl, workers * n / servers, idle)
-        return max(worker, server)
+        waits = (shaper_delay_s(cl, n, idle), shaper_delay_s(cl, workers * n / servers, idle))
+        if series:
+            return host_s + max(waits)
+        worker = C.PS_MESSAGES * cl.latency + n / host + waits[0]
+        server = workers * (C.PS_MESSAGES * cl.latency + n / (servers * host)) + waits[1]
+        return max(worker, server, host_s or 0.0)
     # the phase's link idles for the other phase: x = phase(busy + x), one root (phase falls as idle grows)
     return _increasing_root(lambda x: x - phase(busy_s + x), 0.0, phase(busy_s), 60)
 
 
-def _behind_shaper_s(cl: Cluster, floor: Optional[Cluster], nbytes: float, wait: float) -> float:
+def _behind_shaper_s(cl: Cluster, floor: Optional[Cluster], nbytes: float, wait: float, series: bool = False) -> float:
     """One PS message of ``nbytes`` behind token buckets: this host's stack, then the bucket's
     ``wait``, in series, but never faster than ``floor``, the in-loop line of the same ranks on the
-    same cores (:func:`_host_line`). The two are stages of one pipeline: the bytes the bucket holds
-    back leave the sender's copies and the receiver's core waits time to happen meanwhile, so the
-    message takes the slower stage, not their sum. The idle ping-pong's stack alone priced the
-    small CNN's 605 KB at 1.0 ms a message where the loop on the same cores takes 4.6, and the
-    asynchronous rows were −15 to −45 % at 200 Mbit/s – 4 Gbit/s; the sum over-predicted 1 and
-    4 Gbit/s by 13–40 % (docs/planner.md)."""
+    same cores (:func:`_host_line`). Where the ranks share the cores the two are stages of one
+    pipeline: the bytes the bucket holds back leave the sender's copies and the receiver's core
+    waits time to happen meanwhile, so the message takes the slower stage, not their sum. The idle
+    ping-pong's stack alone priced the small CNN's 605 KB at 1.0 ms a message where the loop on the
+    same cores takes 4.6, and the asynchronous rows were −15 to −45 % at 200 Mbit/s – 4 Gbit/s; the
+    sum over-predicted 1 and 4 Gbit/s by 13–40 % (3 ranks on 2 cores, docs/planner.md). With a core
+    per rank (``series``) the in-loop part is CPU work the message needs before and after the wire,
+    and the wait follows it, as the ring's does (:func:`beyond_host_s`)."""
     idle = C.PS_MESSAGES * cl.latency + nbytes / _host_bandwidth(cl) + wait
     if floor is None:
         return idle
-    return max(idle, C.PS_MESSAGES * floor.latency + nbytes / floor.bandwidth)
+    line = C.PS_MESSAGES * floor.latency + nbytes / floor.bandwidth
+    return line + wait if series else max(idle, line)
 
 
 def _ps_exchange_s(prof: Profile, cl: Cluster, servers: int, worker_idle: float, server_idle: float,
@@ -476,7 +490,7 @@ def _ps_exchange_s(prof: Profile, cl: Cluster, servers: int, worker_idle: float,
     if cl.shaper_rate <= 0:
         return 2 * C.ps_transfer_time(n, 1, servers, cl.bandwidth, cl.latency)
     wait = max(shaper_delay_s(cl, n, worker_idle), shaper_delay_s(cl, n / servers, server_idle))
-    return 2 * _behind_shaper_s(cl, floor, n, wait)
+    return 2 * _behind_shaper_s(cl, floor, n, wait, floor is not None and not oversubscribed(prof, cl))
 
 
 def _ps_service_s(prof: Profile, cl: Cluster, servers: int, server_idle: float,
@@ -487,7 +501,7 @@ def _ps_service_s(prof: Profile, cl: Cluster, servers: int, server_idle: float,
         return C.server_service_time(prof.model_bytes, servers, cl.bandwidth, cl.latency)
     shard = prof.model_bytes / servers
     wait = shaper_delay_s(cl, shard, server_idle) + max(0.0, shard - C.SEND_BUFFER) / cl.shaper_rate
-    return _behind_shaper_s(cl, floor, shard, wait)
+    return _behind_shaper_s(cl, floor, shard, wait, floor is not None and not oversubscribed(prof, cl))
 
 
 def ps_loop_s(prof: Profile, cl: Cluster, mode: str, servers: int = 1) -> Optional[float]:
@@ -546,7 +560,10 @@ def ps_sync(prof: Profile, cl: Cluster, servers: int = 1) -> Prediction:
     if loop is not None:  # this host's hardsync round, timed in the loop, beyond the workers' lockstep span
         xfer = max(0.0, loop - prof.sync_compute_s(w) - apply)
     else:
-        xfer = 2 * _ps_phase_s(prof, cl, w, servers, comp + apply)
+        # behind this host's emulated links the same loop's exchange is the host part of its phases
+        here = ps_loop_s(prof, _loopback_twin(cl), "sync", servers) if cl.shaper_rate > 0 else None
+        host_s = max(0.0, here - prof.sync_compute_s(w) - apply) / 2 if here is not None else None
+        xfer = 2 * _ps_phase_s(prof, cl, w, servers, comp + apply, host_s)
     book = prof.bookkeeping_s()
     step = comp + xfer + apply + book
     terms = {"compute": comp, "push_pull": xfer, "server_apply": apply, "bookkeeping": book}
@@ -579,9 +596,20 @@ def _async(prof: Profile, cl: Cluster, workers: int, servers: int, per_exchange_
     upd = (prof.update_s() if local_update else 0.0) + book
     local = min(per_exchange_steps * (c + upd) for c in comps)  # a worker's link idles at least this long
 
+    def exchange(server_idle: float) -> float:
+        # A worker's link idles through its whole cycle but its own message out: the update between
+        # its push and pull, the pull, and its local steps, not the local steps alone (as until
+        # 2026-12-05: 1 worker behind 1 Gbit/s was then +12 to +14 % where ps/sync, the same loop, was
+        # −12 %). The pull shortens as the idle grows: one root of g = local + update + e(g)/2.
+        e = lambda g: _ps_exchange_s(prof, cl, servers, g, server_idle, floor)  # noqa: E731
+        if cl.shaper_rate <= 0:
+            return e(local)
+        hi = local + per_update + e(local) / 2
+        return e(_increasing_root(lambda g: g - (local + per_update + e(g) / 2), local, hi, 40))
+
     def solve(server_idle: float):
         # a worker's exchange when the servers are free: header + payload out, then back, and the update
-        exch = _ps_exchange_s(prof, cl, servers, local, server_idle, floor) + per_update
+        exch = exchange(server_idle) + per_update
         cycles = [per_exchange_steps * (c + upd) + exch for c in comps]  # seconds per exchange, per worker, alone
         service = _ps_service_s(prof, cl, servers, server_idle, floor) + per_update
         service = min(service, min(cycles))  # the part of an exchange spent at the servers
@@ -747,15 +775,20 @@ def stanza_inputs(prof: Profile, cl: Cluster, batch: Optional[int] = None) -> st
                            t_c_at=at(prof.t_c_at), t_f_at=at(prof.t_f_at))
 
 
+def _loopback_twin(cl: Cluster) -> Cluster:
+    """``cl``'s ranks on this host's loopback: behind the emulated links, the row whose loops the
+    profile timed (:func:`_loop_here`), and so the host part of the row's transfers."""
+    return replace(cl, shared_host=True, cores_shared=False, shaper_rate=0.0, shaper_burst=0.0, host_bandwidth=0.0,
+                   host_allreduce_bandwidth=0.0, bandwidth=_host_bandwidth(cl),
+                   allreduce_bandwidth=_host_bandwidth(cl, ring=True))
+
+
 def _host_line(prof: Profile, cl: Cluster, servers: int = 1) -> Cluster:
     """Behind the emulated links' shapers: ``cl`` with this host's own part of a transfer alone, the
     shaper's wait left to the caller. The same ranks on the same cores and scheduler as on this
     host's loopback, so the part is the loopback's line in the loop where the profile timed it
     (:func:`loop_link`), else this host's stack (point to point and the ring's)."""
-    twin = replace(cl, shared_host=True, cores_shared=False, shaper_rate=0.0, shaper_burst=0.0, host_bandwidth=0.0,
-                   host_allreduce_bandwidth=0.0, bandwidth=_host_bandwidth(cl),
-                   allreduce_bandwidth=_host_bandwidth(cl, ring=True))
-    line = loop_link(prof, twin, servers)
+    line = loop_link(prof, _loopback_twin(cl), servers)
     return replace(cl, bandwidth=line.bandwidth, latency=line.latency, allreduce_bandwidth=line.allreduce_bandwidth)
 
 
