@@ -512,16 +512,71 @@ def test_bmuf_on_this_host_pays_the_loop_that_realigns_once_a_block():
     assert P.bmuf(prof, net(4), block=8).terms["compute"] == pytest.approx(10 * 1.1e-3)  # a rank per host
 
 
+def test_bmuf_on_this_host_pays_its_own_block_loop_and_the_shapers_wait_once_a_block():
+    """Where the profile timed the trainer's own block (``loops["block/<B>"]``: local steps with
+    their update, then the block's end as the trainer runs it) that loop is the step, with the
+    training loop's bookkeeping; behind the emulated links the token bucket's wait for the block's
+    all-reduce, refilled over the block, once a block. Bytes as before."""
+    from dataclasses import replace
+
+    import workbench
+    from workbench.plan import cluster_for
+    book = 4e-4
+    prof = replace(PROF, ranks=4, span_at=(0.01, 0.02, 0.03, 0.04),
+                   loops={"block/8": 0.03, "aligned/8": 0.025, "bookkeeping": book})
+    here = P.Cluster(4, 1e9, 1e-5, allreduce_bandwidth=5e8, shared_host=True)
+    b = P.bmuf(prof, here, block=8)
+    assert b.step_s == pytest.approx(0.03 + book) and b.terms["compute"] == 0.03
+    assert b.bytes == P.bmuf(replace(prof, loops={}), here, block=8).bytes
+    assert P.bmuf(prof, here, block=4).terms["compute"] == 0.04  # another block: not timed, the span
+    slow = cluster_for(workbench.compose([]), prof, 4, "emulated:10mbit", 5e-5)
+    ring = C.allreduce_bytes(M, 4)
+    wait = (ring - slow.shaper_burst) / slow.shaper_rate
+    assert 8 * 0.03 * slow.shaper_rate > slow.shaper_burst  # the bucket refills over the block
+    assert P.bmuf(prof, slow, block=8).step_s == pytest.approx(0.03 + book + wait / 8, rel=1e-9)
+
+
+def _bmuf_block_loop_on_ranks(rank, world, block):
+    import torch
+
+    from workbench.meter import Meter
+    from workbench.trainers.bmuf import block_loop
+    torch.manual_seed(0)
+    model = torch.nn.Linear(64, 10)
+    before = [p.detach().clone() for p in model.parameters()]
+    meter = Meter(60)
+    x, y = torch.randn(8, 64), torch.randint(0, 10, (8,))
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+    seconds = block_loop(block)(model, step, meter, torch.device("cpu"), lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+                                12)
+    calls = meter.totals().get("allreduce", {}).get("calls", 0)
+    same = all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    return seconds, calls, same
+
+
+def test_the_bmuf_block_loop_runs_the_trainers_block_end_and_puts_the_model_back():
+    """``trainers.bmuf.block_loop``: on every rank, blocks of local steps, each block ended by one
+    all-reduce of the flat model (the trainer's ``block_sync``), timed per step and agreed on by
+    the ranks; the profiled model's weights are as they were."""
+    from dist_utils import run_ranks
+    out = run_ranks(_bmuf_block_loop_on_ranks, 2, 4, timeout_s=60)
+    (s0, c0, same0), (s1, c1, same1) = out[0], out[1]
+    assert s0 == s1 and s0 > 0 and c0 == c1 and c0 >= 3 and same0 and same1
+
+
 def test_the_profile_times_the_block_of_each_planned_bmuf_variant():
     """The trainers bring their loops (``Trainer.profile_loops``): a BMUF or local SGD variant
-    planned with block B adds ``aligned/<B>`` to the loops the profile times, others add none."""
+    planned with block B adds ``block/<B>`` to the loops the profile times, others add none."""
     import workbench
     from workbench.plan import profile_loops
     base = workbench.compose([])
     cfgs = [workbench.compose(o) for o in (["trainer=bmuf", "trainer.block=4"], ["trainer=local_sgd"], ["trainer=sync"])]
     loops = profile_loops(base, {}, cfgs)
-    assert {k for k in loops if k.startswith("aligned/")} == {"aligned/4", "aligned/8"}
-    assert not [k for k in profile_loops(base, {}, cfgs[2:]) if k.startswith("aligned/")]
+    assert {k for k in loops if k.startswith("block/")} == {"block/4", "block/8"}
+    assert not [k for k in profile_loops(base, {}, cfgs[2:]) if k.startswith("block/")]
 
 
 def _block_loop_on_ranks(rank, world, block):
@@ -833,7 +888,7 @@ def test_verify_json_small_cnn_three_ranks_bytes_exact(tmp_path, capsys):
     # loop), and every codec with every rank encoding at once
     prof = Profile.load(next((tmp_path / "profiles").glob("*.json")))
     assert set(prof.loops) == {"ps/async", "ps/async/header", "ps/sync", "ddp", "collectives/sync", "bookkeeping", "aligned",
-                               "aligned/8",
+                               "block/8",
                                *(f"collectives/{c}" for c in prof.codecs), *(f"compressed/{c}" for c in prof.codecs)}
     assert min(prof.loops.values()) > 0
     # each loop timed in interleaved passes (the small CNN's steps are short), its median kept

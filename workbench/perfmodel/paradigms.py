@@ -44,7 +44,9 @@ AR(n, p) / AG(n, p) / PS(n, W, S) the collective times of :mod:`workbench.perfmo
 - ``easgd``: local steps (C_W + U), and every τ steps an exchange of M with the servers (queued at
   the servers like ``ps/async``); ``mode=sync`` waits for the slowest worker.
 - ``bmuf`` / ``local_sgd``: C_p + U per step, and every ``block`` steps one all-reduce of the flat
-  model, AR(M, p), plus the block update (≈ U).
+  model, AR(M, p), plus the block update (≈ U); on this host at the profiled ranks the trainer's
+  own loop of a block (local steps, then its block end), timed by the profile, and behind the
+  emulated links the token bucket's wait once a block.
 
 Bytes are the meter's exact counts per worker per step (worker rank 0), averaged over a block or
 period where a paradigm communicates every few steps.
@@ -746,7 +748,21 @@ def bmuf(prof: Profile, cl: Cluster, block: int = 8) -> Prediction:
     # unfairness evens out over a block only in part (the small CNN: lockstep span 12.7 ms, the
     # mean rank 6.3, BMUF's and local SGD's steps 10.3–11.3 ms, 2026-12-03; with the span the rows
     # were +29 % to +49 % on loopback). Without it, the lockstep span, as `sync` pays.
-    loop = prof.loops.get(f"aligned/{block}")
+    own = prof.loops.get(f"block/{block}")
+    if own is not None and _profiled_ranks_here(prof, cl) and not cl.stragglers:
+        # The trainer's own loop (``workbench.trainers.bmuf.block_loop``): local steps with their
+        # update, then the block's end as the trainer runs it, whose flat copies, filter and
+        # all-reduce of a model asleep gloo must wake for were 2.05 ms a block on the small CNN
+        # where the one-float loop, the in-situ all-reduce (0.06 ms) and one update said 0.36
+        # (2026-12-05, docs/planner.md). Behind the emulated links the shaper's wait, once a block.
+        wait = shaper_delay_s(cl, C.allreduce_bytes(prof.model_bytes, p), block * own)
+        book = prof.bookkeeping_s()
+        step = own + book + wait / block
+        n = C.allreduce_bytes(prof.model_bytes, p) / block
+        terms = {"compute": own, "allreduce": wait / block, "bookkeeping": book}
+        kinds = {"compute": "compute", "allreduce": "link", "bookkeeping": "compute"}
+        return Prediction(step, p * prof.batch / step, {"allreduce": _cat(n, n)}, _dominant(terms, kinds), terms)
+    loop = prof.loops.get(f"aligned/{block}")  # profiles before 2026-12-05 night: a one-float all-reduce a block
     if loop is not None and _profiled_ranks_here(prof, cl) and not cl.stragglers:
         comp = loop
     else:

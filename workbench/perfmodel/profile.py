@@ -325,14 +325,16 @@ def aligned_loop_s(meter, comm_device, step: Callable[[], None], reps: int) -> f
     return step_collectives_loop_s([("allreduce", "float32", 4)], meter, comm_device, step, reps)
 
 
-def block_loop_s(meter, comm_device, step: Callable[[], None], reps: int, block: int) -> float:
-    """Seconds per step of ``block`` free-running steps and then an all-reduce of one float, on
-    every rank, the ranks' mean over at least 3 blocks (``Profile.loops["aligned/<block>"]``): the
+def block_loop_s(meter, comm_device, step: Callable[[], None], reps: int, block: int,
+                 sync: Optional[Callable[[], None]] = None) -> float:
+    """Seconds per step of ``block`` free-running steps and then an all-reduce of one float (or
+    ``sync``, a trainer's own block end: BMUF's ``Profile.loops["block/<block>"]``), on every rank,
+    the ranks' mean over at least 3 blocks (profiles before 2026-12-05 night: ``"aligned/<block>"``): the
     compute of a protocol that re-aligns its ranks once a block (BMUF, local SGD). On a shared host
     that is neither the lockstep span (a step's worst rank, paid every step) nor the mean rank's
     rate: the scheduler's unfairness evens out over a block only in part (the small CNN's 3 ranks on
     2 cores: span 12.7 ms, the mean rank 6.3, BMUF's and local SGD's steps 10.3–11.3 ms)."""
-    once = _collective_once("allreduce", "float32", 4, meter, comm_device)
+    once = sync or _collective_once("allreduce", "float32", 4, meter, comm_device)
     import torch.distributed as dist
 
     def body(i: int = 0):
@@ -342,18 +344,6 @@ def block_loop_s(meter, comm_device, step: Callable[[], None], reps: int, block:
     meter.barrier("profile")
     return mean_over_ranks(free_running_period(body, max(3, reps // block)) / block, meter, comm_device,
                            dist.get_world_size())
-
-
-def _block_loop(model, step, meter, comm_device, make_optimizer, reps, block: int = 1, **_) -> float:
-    return block_loop_s(meter, comm_device, step, reps, block)
-
-
-def every_block(block: int) -> Callable:
-    """The profile's loop function (``measure(loop_fns=…)``) of :func:`block_loop_s`, for a trainer
-    that re-aligns its ranks every ``block`` steps to declare (``Trainer.profile_loops``); a
-    partial of a module function, as the ranks are spawned and take it pickled."""
-    from functools import partial
-    return partial(_block_loop, block=block)
 
 
 def step_collectives_loop_s(items, meter, comm_device, step: Callable[[], None], reps: int) -> float:

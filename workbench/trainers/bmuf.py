@@ -64,6 +64,64 @@ def bmuf_update(global_w: torch.Tensor, delta: torch.Tensor, mean_w: torch.Tenso
     return global_w + eta * delta if nesterov else global_w.clone()
 
 
+def block_sync(model, global_model, delta: torch.Tensor, start: torch.Tensor, meter, workers: int, eta: float,
+               zeta: float, nesterov: bool, optimizer=None) -> torch.Tensor:
+    """A block's end on every rank: the local models averaged (one all-reduce of the flat model),
+    the block filter on the global model, and the local model moved to where the next block starts
+    (returned); the local optimizer's momentum dropped (``optimizer``, where it is reset). The
+    trainer's ``sync_block`` and the profile's timing of it (:func:`block_loop`) run this one."""
+    avg = parameters_to_vector(model.parameters()).detach().clone()
+    meter.all_reduce(avg, "allreduce")
+    avg.div_(workers)
+    w = parameters_to_vector(global_model.parameters()).detach()
+    nxt = bmuf_update(w, delta, avg, start, eta, zeta, nesterov)
+    with torch.no_grad():
+        vector_to_parameters(w, global_model.parameters())
+        vector_to_parameters(nxt, model.parameters())
+    if optimizer is not None:
+        # the block filter carries the momentum across blocks; a local buffer kept across the
+        # jump to the new start would apply it twice
+        for state in optimizer.state.values():
+            state.pop("momentum_buffer", None)
+    return nxt.clone()
+
+
+def _block_loop(model, step, meter, comm_device, make_optimizer, reps, block: int = 8, nesterov: bool = True,
+                reset: bool = True, **_) -> float:
+    """Seconds per step of BMUF's loop on every rank, the ranks' mean: ``block`` local steps, each
+    with its optimizer step, then :func:`block_sync` (``Profile.loops["block/<block>"]``). The
+    model's weights are put back afterwards."""
+    import copy
+
+    import torch.distributed as dist
+
+    from workbench.perfmodel.profile import block_loop_s
+    saved = copy.deepcopy(model.state_dict())
+    opt = make_optimizer(list(model.parameters()))
+    global_model = copy.deepcopy(model)
+    start = parameters_to_vector(model.parameters()).detach().clone()
+    state = {"start": start, "delta": torch.zeros_like(start)}
+
+    def local():
+        step()
+        opt.step()
+
+    def sync():
+        state["start"] = block_sync(model, global_model, state["delta"], state["start"], meter, dist.get_world_size(),
+                                    0.5, 1.0, nesterov, opt if reset else None)
+    try:
+        return block_loop_s(meter, comm_device, local, reps, block, sync)
+    finally:
+        model.load_state_dict(saved)
+
+
+def block_loop(block: int, nesterov: bool = True, reset: bool = True):
+    """The profile's loop function (``measure(loop_fns=…)``) of :func:`_block_loop`; a partial of a
+    module function, as the ranks are spawned and take it pickled."""
+    from functools import partial
+    return partial(_block_loop, block=block, nesterov=nesterov, reset=reset)
+
+
 @TRAINERS.register("bmuf")
 class BMUFTrainer(Trainer):
     name = "bmuf"
@@ -79,9 +137,10 @@ class BMUFTrainer(Trainer):
 
     @classmethod
     def profile_loops(cls, cfg):
-        # the ranks re-align once a block, not every step (paradigms.bmuf)
-        from workbench.perfmodel.profile import every_block
-        return {f"aligned/{int(cfg.trainer.block)}": every_block(int(cfg.trainer.block))}
+        # the ranks re-align once a block, not every step, and the block's sync is work of its own
+        # (paradigms.bmuf): the loop with it, as this trainer runs it
+        t = cfg.trainer
+        return {f"block/{int(t.block)}": block_loop(int(t.block), bool(t.nesterov), bool(t.reset_local_momentum))}
 
     @classmethod
     def validate(cls, cfg) -> None:
@@ -120,20 +179,9 @@ class BMUFTrainer(Trainer):
         self.local_steps = int(state["local_steps"])
 
     def sync_block(self) -> None:
-        avg = parameters_to_vector(self.model.parameters()).detach().clone()
-        self.meter.all_reduce(avg, "allreduce")
-        avg.div_(self.workers)
-        w = parameters_to_vector(self.global_model.parameters()).detach()
-        start = bmuf_update(w, self.delta, avg, self.start, self.eta, self.cfg.trainer.block_lr, self.cfg.trainer.nesterov)
-        self.start = start.clone()
-        with torch.no_grad():
-            vector_to_parameters(w, self.global_model.parameters())
-            vector_to_parameters(start, self.model.parameters())
-        if self.cfg.trainer.reset_local_momentum:
-            # the block filter carries the momentum across blocks; a local buffer kept across the
-            # jump to the new start would apply it twice
-            for state in self.optimizer.state.values():
-                state.pop("momentum_buffer", None)
+        t = self.cfg.trainer
+        self.start = block_sync(self.model, self.global_model, self.delta, self.start, self.meter, self.workers,
+                                self.eta, t.block_lr, t.nesterov, self.optimizer if t.reset_local_momentum else None)
 
     def train_step(self, x, y):
         self.optimizer.zero_grad(set_to_none=True)
