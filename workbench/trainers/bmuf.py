@@ -89,8 +89,11 @@ def block_sync(model, global_model, delta: torch.Tensor, start: torch.Tensor, me
 def _block_loop(model, step, meter, comm_device, make_optimizer, reps, block: int = 8, nesterov: bool = True,
                 reset: bool = True, **_) -> float:
     """Seconds per step of BMUF's loop on every rank, the ranks' mean: ``block`` local steps, each
-    with its optimizer step, then :func:`block_sync` (``Profile.loops["block/<block>"]``). The
-    model's weights are put back afterwards."""
+    with its optimizer step, then :func:`block_sync` (``Profile.loops["block/<block>"]``), at the
+    profile's weights: the optimizer's learning rate is 0, so every update does its arithmetic
+    and moves nothing. A loop that trains on the profile's one batch over and over drives the loss
+    to 0 and the gradients into denormal floats, whose arithmetic is slow on a CPU: the small CNN's
+    loop read 6.2–6.8 ms a step where the trainer's runs took 3.8 (2026-12-05, docs/planner.md)."""
     import copy
 
     import torch.distributed as dist
@@ -98,6 +101,8 @@ def _block_loop(model, step, meter, comm_device, make_optimizer, reps, block: in
     from workbench.perfmodel.profile import block_loop_s
     saved = copy.deepcopy(model.state_dict())
     opt = make_optimizer(list(model.parameters()))
+    for group in opt.param_groups:
+        group["lr"] = 0.0
     global_model = copy.deepcopy(model)
     start = parameters_to_vector(model.parameters()).detach().clone()
     state = {"start": start, "delta": torch.zeros_like(start)}
