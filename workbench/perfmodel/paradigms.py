@@ -492,7 +492,7 @@ def _ps_exchange_s(prof: Profile, cl: Cluster, servers: int, worker_idle: float,
     if cl.shaper_rate <= 0:
         return 2 * C.ps_transfer_time(n, 1, servers, cl.bandwidth, cl.latency)
     wait = max(shaper_delay_s(cl, n, worker_idle), shaper_delay_s(cl, n / servers, server_idle))
-    return 2 * _behind_shaper_s(cl, floor, n, wait, floor is not None and not oversubscribed(prof, cl))
+    return 2 * _behind_shaper_s(cl, floor, n, wait, not oversubscribed(prof, cl))
 
 
 def _ps_service_s(prof: Profile, cl: Cluster, servers: int, server_idle: float,
@@ -503,7 +503,7 @@ def _ps_service_s(prof: Profile, cl: Cluster, servers: int, server_idle: float,
         return C.server_service_time(prof.model_bytes, servers, cl.bandwidth, cl.latency)
     shard = prof.model_bytes / servers
     wait = shaper_delay_s(cl, shard, server_idle) + max(0.0, shard - C.SEND_BUFFER) / cl.shaper_rate
-    return _behind_shaper_s(cl, floor, shard, wait, floor is not None and not oversubscribed(prof, cl))
+    return _behind_shaper_s(cl, floor, shard, wait, not oversubscribed(prof, cl))
 
 
 def ps_loop_s(prof: Profile, cl: Cluster, mode: str, servers: int = 1) -> Optional[float]:
@@ -748,32 +748,27 @@ def bmuf(prof: Profile, cl: Cluster, block: int = 8) -> Prediction:
     # unfairness evens out over a block only in part (the small CNN: lockstep span 12.7 ms, the
     # mean rank 6.3, BMUF's and local SGD's steps 10.3–11.3 ms, 2026-12-03; with the span the rows
     # were +29 % to +49 % on loopback). Without it, the lockstep span, as `sync` pays.
-    own = prof.loops.get(f"block/{block}")
-    if own is not None and _profiled_ranks_here(prof, cl) and not cl.stragglers:
+    ring = C.allreduce_bytes(prof.model_bytes, p)
+    timed = _profiled_ranks_here(prof, cl) and not cl.stragglers
+    own = prof.loops.get(f"block/{block}") if timed else None
+    if own is not None:
         # The trainer's own loop (``workbench.trainers.bmuf.block_loop``): local steps with their
         # update, then the block's end as the trainer runs it, whose flat copies, filter and
         # all-reduce of a model asleep gloo must wake for were 2.05 ms a block on the small CNN
         # where the one-float loop, the in-situ all-reduce (0.06 ms) and one update said 0.36
         # (2026-12-05, docs/planner.md). Behind the emulated links the shaper's wait, once a block.
-        wait = shaper_delay_s(cl, C.allreduce_bytes(prof.model_bytes, p), block * own)
-        book = prof.bookkeeping_s()
-        step = own + book + wait / block
-        n = C.allreduce_bytes(prof.model_bytes, p) / block
-        terms = {"compute": own, "allreduce": wait / block, "bookkeeping": book}
-        kinds = {"compute": "compute", "allreduce": "link", "bookkeeping": "compute"}
-        return Prediction(step, p * prof.batch / step, {"allreduce": _cat(n, n)}, _dominant(terms, kinds), terms)
-    loop = prof.loops.get(f"aligned/{block}")  # profiles before 2026-12-05 night: a one-float all-reduce a block
-    if loop is not None and _profiled_ranks_here(prof, cl) and not cl.stragglers:
-        comp = loop
+        comp, upd = own, 0.0  # the loop holds the updates
+        ar = shaper_delay_s(cl, ring, block * own)
     else:
-        comp = max(_worker_compute(prof, cl, p, lockstep=True))
-    upd = prof.update_s()
-    ar = _collective_s(prof, cl, "allreduce", "float32", prof.model_bytes)
-    if _timed_here(prof, cl):  # looked up, as in `_dp`: the shaper waits on top, once a block
-        ar += shaper_delay_s(cl, C.allreduce_bytes(prof.model_bytes, p), block * (comp + upd) + ar)
+        loop = prof.loops.get(f"aligned/{block}") if timed else None  # profiles before 2026-12-05 night
+        comp = loop if loop is not None else max(_worker_compute(prof, cl, p, lockstep=True))
+        upd = prof.update_s()
+        ar = _collective_s(prof, cl, "allreduce", "float32", prof.model_bytes)
+        if _timed_here(prof, cl):  # looked up, as in `_dp`: the shaper waits on top, once a block
+            ar += shaper_delay_s(cl, ring, block * (comp + upd) + ar)
     book = prof.bookkeeping_s()
     step = comp + upd + book + (ar + upd) / block  # the block update touches every parameter about once
-    n = C.allreduce_bytes(prof.model_bytes, p) / block
+    n = ring / block
     terms = {"compute": comp, "update": upd + upd / block, "allreduce": ar / block, "bookkeeping": book}
     kinds = {"compute": "compute", "update": "compute", "allreduce": "link", "bookkeeping": "compute"}
     return Prediction(step, p * prof.batch / step, {"allreduce": _cat(n, n)}, _dominant(terms, kinds), terms)
