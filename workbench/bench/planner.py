@@ -5,7 +5,7 @@
     python -m workbench.bench planner --bandwidths loopback,emulated:50mbit,emulated:200mbit,emulated:1gbit --repeats 3 --write   # root
     python -m workbench.bench planner --tiny                         # CI smoke: small_cnn, 2 ranks, sync and ps
     python -m workbench.bench planner --models small_cnn,resnet18 --bandwidths loopback,emulated:200mbit,emulated:1gbit,emulated:4gbit --repeats 3 --resume --rounds experiments/planner-rounds --stop-after 100 --write   # root; hours here: run it again until done
-    python -m workbench.bench planner --models small_cnn --workers 2 --pin --bandwidths loopback,emulated:500mbit,emulated:1gbit,emulated:2gbit --repeats 3 --resume --rounds experiments/planner-rounds/xeon-host-pinned --host xeon-spr-pinned --write   # root; ranks pinned (cluster.pin), another machine's section
+    python -m workbench.bench planner --models small_cnn --workers 2 --pin --bandwidths loopback,emulated:500mbit,emulated:1gbit,emulated:1.4gbit,emulated:2gbit --repeats 3 --resume --rounds experiments/planner-rounds/xeon-host-pinned --host xeon-spr-pinned --write   # root; ranks pinned (cluster.pin), another machine's section
 
 For each model: ``python -m workbench.plan <model> --verify`` at each of ``--bandwidths`` (the
 profile, then every paradigm for 12 + 8 steps, ``workbench/plan.py``): ``loopback``, and
