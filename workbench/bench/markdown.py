@@ -47,7 +47,7 @@ def machine() -> str:
 _SUITE_OF = {"overhead": "overhead", "network": "calibrate", "staleness": "staleness", "bytes": "bytes",
              "stanza": "stanza", "compression": "compression", "bandwidth": "bandwidth", "planner": "planner",
              "simulator": "sim", "crossover": "crossover", "ranks": "pinning"}
-HEADLINE_ROWS = 20  # a headline's table is cut to this many rows; the result file has them all
+HEADLINE_ROWS = 12  # a headline's table is cut to this many rows; the result file has them all
 
 
 def _slug(text: str) -> str:
