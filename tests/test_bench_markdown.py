@@ -42,7 +42,8 @@ def test_full_section_to_the_result_file_and_headline_to_benchmarks(tmp_path, mo
     assert "Command: `python -m workbench.bench overhead --repeats 9 --write`" in section
     assert "small_cnn on digits, 4 CPU ranks." in section
     assert f"| v{markdown.HEADLINE_ROWS - 1} |" in section and f"| v{markdown.HEADLINE_ROWS} |" not in section
-    assert "more rows in the full section" in section and "bookkeeping" not in section
+    assert f"(The first {markdown.HEADLINE_ROWS} of 30 rows.)" in section and "bookkeeping" not in section
+    assert "Machine: " in section
     link = f"experiments/results/overhead_test-host_{day}.md"
     assert f"[{link}]({link})" in section
 
@@ -50,7 +51,7 @@ def test_full_section_to_the_result_file_and_headline_to_benchmarks(tmp_path, mo
     markdown.update_section(md, title, body(3, cost="51"))
     text2, full2 = md.read_text(), result.read_text()
     assert text2.count(f"<!-- bench:{title} -->") == 1 and full2.count(f"<!-- bench:{title} -->") == 1
-    assert "| v2 | 2.0 |" in text2 and "| v3 |" not in text2 and "more rows" not in text2
+    assert "| v2 | 2.0 |" in text2 and "| v3 |" not in text2 and "rows.)" not in text2
     assert "costs 51" in full2 and "costs 43" not in full2 and "| v29 |" not in full2
     assert "<!-- bench:other -->\nkept" in text2
 

@@ -47,7 +47,7 @@ def machine() -> str:
 _SUITE_OF = {"overhead": "overhead", "network": "calibrate", "staleness": "staleness", "bytes": "bytes",
              "stanza": "stanza", "compression": "compression", "bandwidth": "bandwidth", "planner": "planner",
              "simulator": "sim", "crossover": "crossover", "ranks": "pinning"}
-HEADLINE_ROWS = 12  # a headline's table is cut to this many rows; the result file has them all
+HEADLINE_ROWS = 6  # a headline's table is cut to this many rows; the result file has them all
 
 
 def _slug(text: str) -> str:
@@ -86,21 +86,20 @@ def result_path(root: Path, title: str, day: str | None = None) -> Path:
     return Path(root) / "experiments" / "results" / f"{suite_of(title)}_{host_of(title)}_{day}.md"
 
 
-def headline(body: str, rows: int = HEADLINE_ROWS) -> str:
-    """A section's headline: its ``Command:`` paragraph and its first table with the paragraph before
-    it (the caption), the table cut to ``rows`` rows."""
+def headline(body: str, rows: int = HEADLINE_ROWS) -> tuple:
+    """A section's headline: ``(command, table)``: its ``Command:`` paragraph, and its first table with
+    the paragraph before it (the caption), the table cut to ``rows`` rows (the caption says so)."""
     paras = [p.strip() for p in re.split(r"\n\s*\n", body.strip()) if p.strip()]
-    keep = [p for p in paras[:1] if p.startswith("Command:")]
+    command = paras[0] if paras and paras[0].startswith("Command:") else ""
     for i, p in enumerate(paras):
         if p.startswith("|"):
-            if i > 0 and paras[i - 1] not in keep and not paras[i - 1].startswith("|"):
-                keep.append(paras[i - 1])
+            caption = paras[i - 1] if i > 0 and paras[i - 1] != command and not paras[i - 1].startswith("|") else ""
             lines = p.splitlines()
             if len(lines) > rows + 2:
-                lines = lines[:rows + 2] + [f"\n_… {len(lines) - rows - 2} more rows in the full section._"]
-            keep.append("\n".join(lines))
-            break
-    return "\n\n".join(keep)
+                caption = (caption + " " if caption else "") + f"(The first {rows} of {len(lines) - 2} rows.)"
+                lines = lines[:rows + 2]
+            return command, "\n\n".join(x for x in (caption, "\n".join(lines)) if x)
+    return command, ""
 
 
 def _replace(text: str, title: str, block: str) -> str:
@@ -115,16 +114,18 @@ def update_section(path: Path, title: str, body: str) -> Path:
     ``<!-- bench:title -->`` and ``<!-- /bench:title -->``, replacing the previous headline or appended
     at the end. Returns the result file."""
     path = Path(path)
-    stamp = f"_Machine: {machine()}._"
+    where = machine()
     result = result_path(path.parent, title)
     result.parent.mkdir(parents=True, exist_ok=True)
     old = result.read_text() if result.exists() else (f"# {suite_of(title)} on {host_of(title)}, "
                                                       f"{result.stem.rsplit('_', 1)[1]}\n")
-    full = f"<!-- bench:{title} -->\n## {title}\n\n{stamp}\n\n{body.strip()}\n<!-- /bench:{title} -->"
+    full = f"<!-- bench:{title} -->\n## {title}\n\n_Machine: {where}._\n\n{body.strip()}\n<!-- /bench:{title} -->"
     result.write_text(_replace(old, title, full))
     link = result.relative_to(path.parent).as_posix()
-    block = (f"<!-- bench:{title} -->\n### {title}\n\n{stamp}\n\n{headline(body)}\n\n"
-             f"Full section: [{link}]({link}).\n<!-- /bench:{title} -->")
+    command, table = headline(body)
+    stamp = " · ".join(x for x in (command, f"Machine: {where}", f"Full section: [{link}]({link})") if x)
+    block = "\n\n".join(x for x in (stamp, table) if x)
+    block = f"<!-- bench:{title} -->\n### {title}\n{block}\n<!-- /bench:{title} -->"
     text = path.read_text() if path.exists() else "# Benchmarks\n"
     path.write_text(_replace(text, title, block))
     return result
