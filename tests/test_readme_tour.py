@@ -43,7 +43,9 @@ def test_the_tour_runs_as_pasted(tmp_path):
     shutil.copy(ROOT / "pyproject.toml", tree / "pyproject.toml")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "python").symlink_to(sys.executable)
+    wrapper = bin_dir / "python"  # a script, not a link: a venv's interpreter finds its packages by its own path
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
     env = {**os.environ, "PYTHONPATH": str(tree), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
     env.pop("WORKBENCH_CONF", None)
     outputs = []
