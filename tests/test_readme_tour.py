@@ -55,7 +55,7 @@ def test_the_tour_runs_as_pasted(tmp_path):
         outputs.append(p.stdout + p.stderr)
     summaries = [json.loads(s.read_text()) for s in (tree / "experiments" / "runs").rglob("summary.json")]
     assert len(summaries) >= 3 and all(s["status"] == "completed" for s in summaries), summaries
-    assert "run directory: experiments/runs/" in outputs[0]
-    assert "sync" in outputs[1] and "ps/sync" in outputs[1] and "10gbit" in outputs[1].lower().replace(" ", "")
+    assert "completed after 40 steps" in outputs[0]
+    assert "2 ranks, 1gbit:" in outputs[1] and "2 ranks, 10gbit:" in outputs[1] and "ps/sync" in outputs[1]
     reports = sorted(p.name for p in (tree / "experiments" / "reports").rglob("*.html") if p.name != "index.html")
     assert any("00_quickstart" in r for r in reports) and any("50_tradeoff_dashboard" in r for r in reports), reports
