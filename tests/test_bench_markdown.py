@@ -27,7 +27,8 @@ def body(n_rows, cost="43"):
 def test_full_section_to_the_result_file_and_headline_to_benchmarks(tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBENCH_BENCH_HOST", "Test Host")
     md = tmp_path / "BENCHMARKS.md"
-    md.write_text("# Benchmarks\n\nIntro stays.\n\n<!-- bench:other -->\nkept\n<!-- /bench:other -->\n")
+    md.write_text("# Benchmarks\n\nIntro stays.\n\n<!-- bench:other -->\nkept\n<!-- /bench:other -->\n\n"
+                  "## Staleness\n\n<!-- bench:staleness: old -->\nx\n<!-- /bench:staleness: old -->\n\n## Last\n")
     title = "overhead: small_cnn/digits x4"
     day = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     result = markdown.update_section(md, title, body(30))
@@ -60,6 +61,13 @@ def test_full_section_to_the_result_file_and_headline_to_benchmarks(tmp_path, mo
     full3 = result.read_text()
     assert "## overhead: small_cnn/digits x4" in full3 and "## overhead: default job end to end x4" in full3
     assert list((tmp_path / "experiments" / "results").iterdir()) == [result]
+
+    # a new title of a suite that has a chapter goes into it, after its last headline
+    markdown.update_section(md, "staleness: time to 90%, λ=4", body(2))
+    text4 = md.read_text()
+    assert text4.index("<!-- /bench:staleness: old -->") < text4.index("<!-- bench:staleness: time to 90%, λ=4 -->") \
+        < text4.index("## Last")
+    assert (tmp_path / "experiments" / "results" / f"staleness_test-host_{day}.md").exists()
 
 
 def test_host_and_suite_from_the_title():

@@ -102,17 +102,26 @@ def headline(body: str, rows: int = HEADLINE_ROWS) -> tuple:
     return command, ""
 
 
-def _replace(text: str, title: str, block: str) -> str:
+def _replace(text: str, title: str, block: str, beside_suite: bool = False) -> str:
+    """``text`` with the section ``title`` replaced by ``block``; a new one goes after the last section
+    of the same suite where ``beside_suite`` (BENCHMARKS.md's chapters), else at the end."""
     pat = re.compile(rf"<!-- bench:{re.escape(title)} -->.*?<!-- /bench:{re.escape(title)} -->", re.S)
-    return pat.sub(lambda _: block, text) if pat.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    if pat.search(text):
+        return pat.sub(lambda _: block, text)
+    ends = [m.end() for m in re.finditer(r"<!-- /bench:(.*?) -->", text)
+            if beside_suite and suite_of(m.group(1)) == suite_of(title)]
+    if ends:
+        return text[:ends[-1]] + "\n\n" + block + text[ends[-1]:]
+    return text.rstrip() + "\n\n" + block + "\n"
 
 
 def update_section(path: Path, title: str, body: str) -> Path:
     """Write the section ``title`` (``body``: its command, tables and notes) whole into its result file
     beside ``path`` (``experiments/results/<suite>_<host>_<today>.md``, replaced there if this title is
     already in it) and its headline, linking that file, into ``path`` (BENCHMARKS.md) between
-    ``<!-- bench:title -->`` and ``<!-- /bench:title -->``, replacing the previous headline or appended
-    at the end. Returns the result file."""
+    ``<!-- bench:title -->`` and ``<!-- /bench:title -->``, replacing the previous headline; a new
+    title's headline goes after the suite's last one (its chapter), or at the end. Returns the result
+    file."""
     path = Path(path)
     where = machine()
     result = result_path(path.parent, title)
@@ -127,5 +136,5 @@ def update_section(path: Path, title: str, body: str) -> Path:
     block = "\n\n".join(x for x in (stamp, table) if x)
     block = f"<!-- bench:{title} -->\n### {title}\n{block}\n<!-- /bench:{title} -->"
     text = path.read_text() if path.exists() else "# Benchmarks\n"
-    path.write_text(_replace(text, title, block))
+    path.write_text(_replace(text, title, block, beside_suite=True))
     return result
