@@ -86,9 +86,26 @@ def result_path(root: Path, title: str, day: str | None = None) -> Path:
     return Path(root) / "experiments" / "results" / f"{suite_of(title)}_{host_of(title)}_{day}.md"
 
 
+def _summary(paras: list, after: int, limit: int = 300) -> str:
+    """The first sentences (at most ``limit`` characters) of the first note after paragraph ``after``:
+    a paragraph that is neither a table, a table's caption, nor the report's path."""
+    for k in range(after + 1, len(paras)):
+        p = paras[k]
+        if p.startswith(("|", "Report:", "Command:")) or (k + 1 < len(paras) and paras[k + 1].startswith("|")):
+            continue
+        out = ""
+        for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z*])", " ".join(p.split())):
+            if len(out) + len(sentence) > limit:
+                break
+            out = f"{out} {sentence}".strip()
+        return out
+    return ""
+
+
 def headline(body: str, rows: int = HEADLINE_ROWS) -> tuple:
     """A section's headline: ``(command, table)``: its ``Command:`` paragraph, and its first table with
-    the paragraph before it (the caption), the table cut to ``rows`` rows (the caption says so)."""
+    the paragraph before it (the caption) and the first sentences of its notes, the table cut to
+    ``rows`` rows (the caption says so)."""
     paras = [p.strip() for p in re.split(r"\n\s*\n", body.strip()) if p.strip()]
     command = paras[0] if paras and paras[0].startswith("Command:") else ""
     for i, p in enumerate(paras):
@@ -98,6 +115,7 @@ def headline(body: str, rows: int = HEADLINE_ROWS) -> tuple:
             if len(lines) > rows + 2:
                 caption = (caption + " " if caption else "") + f"(The first {rows} of {len(lines) - 2} rows.)"
                 lines = lines[:rows + 2]
+            caption = " ".join(x for x in (caption, _summary(paras, i)) if x)
             return command, "\n\n".join(x for x in (caption, "\n".join(lines)) if x)
     return command, ""
 
