@@ -43,7 +43,8 @@ def test_full_section_to_the_result_file_and_headline_to_benchmarks(tmp_path, mo
     assert "Command: `python -m workbench.bench overhead --repeats 9 --write`" in section
     assert "small_cnn on digits, 4 CPU ranks." in section
     assert f"| v{markdown.HEADLINE_ROWS - 1} |" in section and f"| v{markdown.HEADLINE_ROWS} |" not in section
-    assert f"(The first {markdown.HEADLINE_ROWS} of 30 rows.)" in section and "bookkeeping" not in section
+    assert f"(The first {markdown.HEADLINE_ROWS} of 30 rows.) Notes: the per-step bookkeeping costs 43 µs." in section
+    assert "Report:" not in section
     assert "Machine: " in section
     link = f"experiments/results/overhead_test-host_{day}.md"
     assert f"[{link}]({link})" in section
