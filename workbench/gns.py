@@ -23,7 +23,6 @@ own moving average: the workers' |g_small|^2 need one scalar all-reduce per eval
 (:meth:`GnsState.metrics`, meter category ``gns``), not one per step, and the step's bytes are
 DDP's alone.
 """
-from __future__ import annotations
 
 import math
 from typing import Callable, Dict, List, Optional
