@@ -24,6 +24,7 @@ import hashlib
 import math
 import os
 import sys
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Tuple
@@ -70,14 +71,22 @@ store_schema("data", "digits_hard", DigitsHardConfig)
 
 
 # -- generation ---------------------------------------------------------------------------------
-def sources(test_fraction: float) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The digits' (train images, train labels, test images, test labels), pixels in [0, 1]: the split
-    of ``data=digits``."""
+def source_split(test_fraction: float) -> Tuple[np.ndarray, np.ndarray]:
+    """Indices into scikit-learn's digits of the (training, held-out) source digits: the split of
+    ``data=digits`` (stratified, seed 0)."""
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
+    target = load_digits().target
+    return train_test_split(np.arange(len(target)), test_size=test_fraction, random_state=SPLIT_SEED, stratify=target)
+
+
+def sources(test_fraction: float) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The (train images, test images, train labels, test labels) source digits, pixels in [0, 1]."""
+    from sklearn.datasets import load_digits
     d = load_digits()
-    return train_test_split(d.images.astype(np.float32) / 16.0, d.target, test_size=test_fraction,
-                            random_state=SPLIT_SEED, stratify=d.target)
+    tr, te = source_split(test_fraction)
+    x = d.images.astype(np.float32) / 16.0
+    return x[tr], x[te], d.target[tr], d.target[te]
 
 
 def _uniform(g: torch.Generator, n: int, lo: float, hi: float) -> torch.Tensor:
@@ -178,7 +187,7 @@ def _read(path: Path) -> Dict[str, np.ndarray] | None:
         with np.load(path) as z:
             arrays = {k: z[k] for k in z.files}
         ok = sidecar.exists() and content_hash(arrays) == sidecar.read_text().split()[0]
-    except (OSError, ValueError, KeyError, IndexError):
+    except (OSError, ValueError, KeyError, IndexError, zipfile.BadZipFile):
         ok = False
     if not ok:
         print(f"workbench: digits_hard: cache {path} fails its hash; generating it again", file=sys.stderr)
