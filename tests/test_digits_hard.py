@@ -107,12 +107,12 @@ def test_bad_input_through_the_cli(tmp_path):
 
 @pytest.mark.slow
 def test_short_run_learns_it_and_logs_the_noise_scale(run_overrides, tmp_path):
-    """300 steps at global batch 64 on 2 workers: well above chance (10 %), and every evaluation
+    """200 steps at global batch 64 on 2 workers: well above chance (10 %), and every evaluation
     carries a finite, positive gradient noise scale."""
     run = launch_run(run_overrides + [f"data.root={tmp_path}", "data=digits_hard", "data.train_size=20000",
-                                      "cluster.nproc=2", "data.global_batch_size=64", "trainer.max_steps=300",
+                                      "cluster.nproc=2", "data.global_batch_size=64", "trainer.max_steps=200",
                                       "trainer.eval_every=100"])
     evals = [r for r in run.records() if r["kind"] == "eval"]
-    assert [r["step"] for r in evals] == [100, 200, 300]
-    assert run.summary["final_test_accuracy"] >= 0.6
+    assert [r["step"] for r in evals] == [100, 200]
+    assert run.summary["final_test_accuracy"] >= 0.55
     assert all(np.isfinite(r["gradient_noise_scale"]) and r["gradient_noise_scale"] > 0 for r in evals)
