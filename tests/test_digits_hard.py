@@ -82,7 +82,8 @@ BAD = [
     (["data.image_size=20"], ["data.image_size", "16, 28, 32"]),
     (["data.train_size=10"], ["data.train_size"]),
     (["data.test_size=0"], ["data.test_size"]),
-    (["data.train_size=2000", "data.global_batch_size=4096"], ["data.global_batch_size", "4096", "data.train_size=2000"]),
+    (["data.train_size=2000", "data.global_batch_size=4096"],
+     ["data.global_batch_size", "4096", "data.train_size=2000"]),
     (["data.train_size=2000", "data.batch_size=600", "cluster.nproc=4"], ["data.batch_size", "2400"]),
 ]
 

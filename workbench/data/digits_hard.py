@@ -105,7 +105,8 @@ def _affine(g: torch.Generator, n: int, p: dict, scale: Tuple[float, float], shi
     c, si = torch.cos(rot), torch.sin(rot)
     # forward map M = R . Sh . diag(s*a, s/a); canvas -> source is M^-1
     m = torch.stack([torch.stack([c, -si], -1), torch.stack([si, c], -1)], -2)
-    m = m @ torch.stack([torch.stack([torch.ones(n), sh], -1), torch.stack([torch.zeros(n), torch.ones(n)], -1)], -2)
+    one, zero = torch.ones(n), torch.zeros(n)
+    m = m @ torch.stack([torch.stack([one, sh], -1), torch.stack([zero, one], -1)], -2)
     m = m @ torch.diag_embed(torch.stack([s * a, s / a], -1))
     inv = torch.linalg.inv(m)
     t = torch.stack([radius * torch.cos(angle), radius * torch.sin(angle)], -1)

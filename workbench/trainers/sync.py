@@ -76,7 +76,8 @@ class SyncTrainer(Trainer):
             return ()
         hook = (AllreduceHookState(self.meter), metered_allreduce_hook)
         if self.cfg.trainer.noise_scale and self.workers > 1:  # the averaged gradient differs from the local one
-            self.gns = GnsState(*hook, self.meter, self.batch_size, self.global_batch, self.cfg.trainer.noise_scale_decay)
+            self.gns = GnsState(*hook, self.meter, self.batch_size, self.global_batch,
+                                self.cfg.trainer.noise_scale_decay)
             hook = (self.gns, gns_hook)
         return hook
 
