@@ -5,6 +5,8 @@ Every rank holds the whole model, computes gradients on its shard of the global 
 averages them bucket by bucket while backward is still running; the buckets go through a
 communication hook that does exactly DDP's default all-reduce, counted by the meter (category
 ``allreduce``). With W workers and per-worker batch b this is single-process SGD on batch W*b.
+With W > 1 the hook also measures the gradient noise scale from the local and averaged gradients
+(:mod:`workbench.gns`), logged with each evaluation as ``gradient_noise_scale``.
 
     python -m workbench trainer=sync cluster.nproc=4
 """
@@ -12,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from workbench.core import ConfigError, TrainerConfig, store_schema
+from workbench.gns import GnsState, gns_hook
 from workbench.meter import AllreduceHookState, metered_allreduce_hook
 from workbench.trainers import TRAINERS
 from workbench.trainers.base import Trainer, build_optimizer, wrap_ddp
@@ -22,6 +25,8 @@ class SyncConfig(TrainerConfig):
     name: str = "sync"
     bucket_cap_mb: float = 25.0  # DDP bucket size: smaller buckets start communicating earlier
     metered: bool = True  # count bytes through the meter's hook (false: DDP's built-in C++ all-reduce)
+    noise_scale: bool = True  # log the gradient noise scale per evaluation (metered, > 1 worker)
+    noise_scale_decay: float = 0.95  # its moving averages' decay per step
 
 
 store_schema("trainer", "sync", SyncConfig)
@@ -30,6 +35,7 @@ store_schema("trainer", "sync", SyncConfig)
 @TRAINERS.register("sync")
 class SyncTrainer(Trainer):
     name = "sync"
+    gns = None  # the noise-scale estimator, where comm_hook() installs it
 
     @classmethod
     def plan_variants(cls, ranks):
@@ -54,6 +60,9 @@ class SyncTrainer(Trainer):
     def validate(cls, cfg) -> None:
         if cfg.trainer.bucket_cap_mb <= 0:
             raise ConfigError(f"invalid value {cfg.trainer.bucket_cap_mb!r} for trainer.bucket_cap_mb: must be > 0")
+        if not 0 <= cfg.trainer.noise_scale_decay < 1:
+            raise ConfigError(f"invalid value {cfg.trainer.noise_scale_decay!r} for trainer.noise_scale_decay: "
+                              "must be in [0, 1)")
 
     def setup(self) -> None:
         self.model = self.build_model()
@@ -63,11 +72,24 @@ class SyncTrainer(Trainer):
     def comm_hook(self) -> tuple:
         """``(state, hook)`` of DDP's gradient exchange: the meter's plain all-reduce (none: DDP's
         built-in one, unmetered). A subclass exchanges gradients its own way by returning its own."""
-        return (AllreduceHookState(self.meter), metered_allreduce_hook) if self.cfg.trainer.metered else ()
+        if not self.cfg.trainer.metered:
+            return ()
+        hook = (AllreduceHookState(self.meter), metered_allreduce_hook)
+        if self.cfg.trainer.noise_scale and self.workers > 1:  # the averaged gradient differs from the local one
+            self.gns = GnsState(*hook, self.meter, self.batch_size, self.global_batch,
+                                self.cfg.trainer.noise_scale_decay)
+            hook = (self.gns, gns_hook)
+        return hook
+
+    def evaluate(self):
+        out = super().evaluate()
+        return {**out, **self.gns.metrics(self.info.comm_device)} if self.gns is not None else out
 
     def train_step(self, x, y):
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.loss_fn(self.ddp(x), y)
         loss.backward()
+        if self.gns is not None:
+            self.gns.end_step()
         self.optimizer.step()
         return loss.detach()
