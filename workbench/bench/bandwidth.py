@@ -50,7 +50,7 @@ from pathlib import Path
 
 import workbench
 from workbench import runstore
-from workbench.bench import report
+from workbench.bench import suite
 from workbench.bench.bytes import runs_for
 from workbench.config import validate
 from workbench.runs import Run
@@ -62,7 +62,7 @@ PROBE_MB = 16  # the link probe's message size (large: the bandwidth regime)
 
 
 def main(argv=None) -> None:
-    p = report.parser("bandwidth", __doc__, "small_cnn on the digits, 2 workers, 5mbit and 100mbit, PowerSGD only")
+    p = suite.parser("bandwidth", __doc__, "small_cnn on the digits, 2 workers, 5mbit and 100mbit, PowerSGD only")
     p.add_argument("--models", default="resnet18,vgg16")
     p.add_argument("--bandwidths", help="comma-separated link rates for every model (default per model: "
                    + "; ".join(f"{m}: {r}" for m, r in RATES.items()) + ")")
@@ -96,7 +96,7 @@ def main(argv=None) -> None:
     jobs = []  # (model, rate, label, kind, cfg); every config validated before the first run starts
     for model, rates in plan.items():
         def cfg(rate, ov):
-            return workbench.compose(ov + report.data_overrides(model, a.batch) + [
+            return workbench.compose(ov + suite.data_overrides(model, a.batch) + [
                 f"model={model}", "network=emulated", f"network.bandwidth={rate}", f"trainer.max_steps={a.steps}",
                 "trainer.eval_every=100000", "trainer.progress=false", "cluster.timeout_s=900",
                 f"output_root={out_of(model) / 'runs'}"])
@@ -142,13 +142,13 @@ def main(argv=None) -> None:
             entries.append({"model": model, "rate": rate, "label": label, "kind": kind, "run_dir": str(run.path),
                             "round": i // len(jobs)})
             save_index(out_of(model), settings[model], probes, profile_at.get(model), entries, model)
-            report.progress(row(entries[-1], run, probes))
+            suite.progress(row(entries[-1], run, probes))
         for model in plan:  # kept runs after a model's last new one are in the index too
             save_index(out_of(model), settings[model], probes, profile_at.get(model), entries, model)
     loaded = [(e, Run(e["run_dir"])) for e in entries]  # each run's summary and records read once
     rounds = max((e.get("round", 0) for e in entries), default=0) + 1
     per_round = [[row(e, r, probes) for e, r in loaded if e.get("round", 0) == i] for i in range(rounds)]
-    rows = report.merge_repeats(per_round, lambda r: (r["model"], r["bandwidth"], r["run"]), ["samples/s"])
+    rows = suite.merge_repeats(per_round, lambda r: (r["model"], r["bandwidth"], r["run"]), ["samples/s"])
     args = [x for x in (argv if argv is not None else []) if x not in ("--from-runs", "--resume")]
     cmd = ("python -m workbench.bench bandwidth " + " ".join(args)).strip() + "   (as root)"
     if done:  # an honest header: part of the rows ran before this invocation
@@ -173,9 +173,9 @@ def main(argv=None) -> None:
         tables = model_tables(model, rates, model_rows, a.workers, a.batch, a.steps, rounds,
                               predictions(model, rates, prof, a.workers, a.batch, a.compressors.split(",")),
                               a.compressors.split(","), [[r for r in rs if r["model"] == model] for rs in per_round])
-        path = report.write(out_of(model).name, f"bandwidth sweep: {model}, N={a.workers}", cmd, tables,
+        path = suite.write(out_of(model).name, f"bandwidth sweep: {model}, N={a.workers}", cmd, tables,
                             [figure(rows, model)], notes=accuracy(tables), out_root=a.out,
-                            benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
+                            benchmarks_md=suite.ROOT / "BENCHMARKS.md" if a.write else None)
         print("\n\n".join(t.markdown() for t in tables) + f"\n\nreport: {path / 'report.html'}")
 
 
@@ -299,13 +299,13 @@ def model_tables(model, rates, model_rows, workers, batch, steps, rounds, pred, 
                         "stanza / ps": round(by["stanza"] / by["ps"], 2) if by.get("stanza") and by.get("ps") else None,
                         "powersgd / sync": round(by["powersgd"] / by["sync"], 2) if by.get("powersgd") and by.get("sync") else None})
     cols = ["model", "bandwidth", "link", "run", "samples/s"] + (["samples/s spread", "repeats"] if rounds > 1 else []) + ["vs sync", "predicted samples/s", "error", "status"]
-    return [report.Table(f"sweep_N{workers}", f"samples/s per paradigm and link rate, N = {workers} workers, batch "
+    return [suite.Table(f"sweep_N{workers}", f"samples/s per paradigm and link rate, N = {workers} workers, batch "
                          f"{batch} per worker, {steps} steps (link: all-reduce bus bandwidth the probe achieved, "
                          "of the rate; predicted: the planner's model from the sweep's profile)", model_rows, cols),
-            report.Table(f"winners_N{workers}", "Where each paradigm wins (comm/compute: predicted ring all-reduce "
+            suite.Table(f"winners_N{workers}", "Where each paradigm wins (comm/compute: predicted ring all-reduce "
                          "time over backward compute time, the quantity that maps a rate here onto a paper's network)",
                          winners),
-            report.Table(f"crossover_N{workers}", "Compression crossover: the link rate below which the compressor "
+            suite.Table(f"crossover_N{workers}", "Compression crossover: the link rate below which the compressor "
                          "beats sync, measured vs predicted by the planner's model (a crossover between two rates is known "
                          "only to lie between them: the measured one is read log-linearly between the two "
                          "rates, and so is the model's 'read at the sweep's rates')", crossings)]
@@ -314,7 +314,7 @@ def model_tables(model, rates, model_rows, workers, batch, steps, rounds, pred, 
 def row(entry, run, probes) -> dict:
     from workbench.network import parse_rate
     ok = run.status == "completed"  # a run killed before its summary has none
-    sps = report.samples_per_s(run) if ok else None
+    sps = suite.samples_per_s(run) if ok else None
     return {"model": entry["model"], "bandwidth": entry["rate"], "run": entry["label"], "kind": entry["kind"],
             "link": f"{probes[entry['rate']] / parse_rate(entry['rate']):.0%}",
             "samples/s": round(sps, 2) if sps else None, "status": run.status or "no summary"}
@@ -342,7 +342,7 @@ def measured_profile(model, workers, batch, out, compressors) -> Path:
 
 
 def planner_overrides(model, batch) -> list:
-    return [f"model={model}", *report.data_overrides(model, batch)]
+    return [f"model={model}", *suite.data_overrides(model, batch)]
 
 
 def load_profile(path, cfg):

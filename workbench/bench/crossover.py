@@ -36,7 +36,7 @@ import os
 import statistics
 from pathlib import Path
 
-from workbench.bench import report
+from workbench.bench import suite
 
 MODELS = ("small_cnn", "resnet18")
 WORKERS = 3
@@ -44,7 +44,7 @@ TOLERANCE = 1.2  # the target: the measured crossover within 20 % of the predict
 
 
 def main(argv=None) -> None:
-    p = report.parser("crossover", __doc__, "small_cnn, 2 ranks, signSGD, one round")
+    p = suite.parser("crossover", __doc__, "small_cnn, 2 ranks, signSGD, one round")
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--workers", type=int, default=WORKERS, help="processes per run (cluster.nproc)")
     p.add_argument("--batch", type=int, default=16, help="samples per worker per step")
@@ -67,7 +67,7 @@ def main(argv=None) -> None:
     from workbench.core import ConfigError
     if a.workers < 2:
         raise ConfigError(f"invalid value {a.workers!r} for --workers: a crossover needs at least 2 ranks")
-    report.check_host(a.host)
+    suite.check_host(a.host)
     if a.repeats < 1:
         raise ConfigError(f"invalid value {a.repeats!r} for --repeats: must be >= 1")
     from workbench.network import parse_rate
@@ -106,7 +106,7 @@ def main(argv=None) -> None:
     cols = ["model", "compressor", "predicted crossover", "rates tested (Mbit/s)", "predicted speed-up there",
             "measured speed-up there", "spread (min–max)", "rounds", "verdict", "rounds agreeing",
             "measured / predicted"]
-    t = report.Table(f"crossover_N{a.workers}", f"Compression crossover tested at the prediction: {a.workers} ranks, "
+    t = suite.Table(f"crossover_N{a.workers}", f"Compression crossover tested at the prediction: {a.workers} ranks, "
                      f"batch {a.batch} per worker, each rank behind its own emulated link; speed-up = sync's step "
                      f"÷ the compressor's, measured in interleaved pairs, median of the rounds (each after its own profile, "
                      f"at its own prediction c ÷ 1.2 and × 1.2)",
@@ -119,10 +119,10 @@ def main(argv=None) -> None:
         parts.append((f"{a.workers} ranks", f"{a.workers}ranks"))
     if a.host:  # another machine's rounds: its profile, its regime, its own section
         parts.append((f"on {a.host}", f"on-{a.host}"))
-    path = report.write("-".join(["crossover", *(d for _, d in parts)]),
+    path = suite.write("-".join(["crossover", *(d for _, d in parts)]),
                         ", ".join(["Crossover tested at the prediction", *(t for t, _ in parts)]),
                         cmd, [t], notes=notes, out_root=a.out,
-                        benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
+                        benchmarks_md=suite.ROOT / "BENCHMARKS.md" if a.write else None)
     print(f"\n{t.markdown()}\n\n{notes}\n\nreport: {path / 'report.html'}")
 
 
@@ -166,7 +166,7 @@ def run_errors(path: Path) -> list:
         if not rnd.get("pairs"):
             continue
         prof = Profile.from_json(rnd["profile"])
-        ov = [f"model={prof.model}", *report.data_overrides(prof.model, prof.batch)]
+        ov = [f"model={prof.model}", *suite.data_overrides(prof.model, prof.batch)]
         labels = ["sync"] + [f"compressed/{c}" for c in rnd["pairs"]]
         with tempfile.TemporaryDirectory() as tmp:
             _, (vs, prof) = _plan_rows(ov, [LOOPBACK], [prof.ranks], prof, 1.0, "50us", labels, tmp,
@@ -237,8 +237,8 @@ def print_errors(paths: list) -> None:
 
 
 def check_stored_pinning(unit: dict, pin: bool, path: Path) -> None:
-    """Rounds stored with their ranks pinned the other way are not resumed into (``report.check_pinned``)."""
-    report.check_pinned({k: r["profile"].get("machine", {})
+    """Rounds stored with their ranks pinned the other way are not resumed into (``suite.check_pinned``)."""
+    suite.check_pinned({k: r["profile"].get("machine", {})
                          for k, r in sorted(unit["rounds"].items(), key=lambda kv: int(kv[0]))}, pin, path, "rounds")
 
 
@@ -277,7 +277,7 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
         verify_variant,
     )
     # the profile's ranks are pinned as the runs' are, or not (workbench.dist.pin_rank)
-    ov = [f"model={model}", *report.data_overrides(model, batch), "cluster.timeout_s=600", f"output_root={out / 'runs'}",
+    ov = [f"model={model}", *suite.data_overrides(model, batch), "cluster.timeout_s=600", f"output_root={out / 'runs'}",
           f"cluster.pin={str(pin).lower()}"]
     path = store / f"{model}-N{workers}-b{batch}.json"
     unit = (runstore.read_json(path) if resume else None) or {}
@@ -346,7 +346,7 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
     for name, entries in per.items():
         row = {"model": model, "compressor": name, **scored(entries), "_loads": loads}
         rows.append(row)
-        report.progress({k: v_ for k, v_ in row.items() if not k.startswith("_")})
+        suite.progress({k: v_ for k, v_ in row.items() if not k.startswith("_")})
     return rows
 
 

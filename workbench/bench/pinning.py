@@ -21,11 +21,11 @@ import os
 import statistics
 from pathlib import Path
 
-from workbench.bench import report
+from workbench.bench import suite
 
 
 def main(argv=None) -> None:
-    p = report.parser("pinning", __doc__, "small_cnn, 2 ranks, sync and compressed/fp16, one round")
+    p = suite.parser("pinning", __doc__, "small_cnn, 2 ranks, sync and compressed/fp16, one round")
     p.add_argument("--model", default="small_cnn")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--batch", type=int, default=16, help="samples per worker per step")
@@ -35,10 +35,10 @@ def main(argv=None) -> None:
     if a.tiny:
         a.only, a.repeats = "sync,compressed/fp16", 1
     from workbench.plan import LOOPBACK, _plan_rows, verify
-    suite = f"pinning-{a.model}-{a.workers}ranks"
-    out = Path(a.out) / suite
+    name = f"pinning-{a.model}-{a.workers}ranks"
+    out = Path(a.out) / name
     only = [o for o in a.only.split(",") if o]
-    base = [f"model={a.model}", *report.data_overrides(a.model, a.batch), "cluster.timeout_s=600",
+    base = [f"model={a.model}", *suite.data_overrides(a.model, a.batch), "cluster.timeout_s=600",
             f"output_root={out / 'runs'}"]
     got: dict = {}  # (paradigm, pinned) -> [(measured s, error), ...]
     pinned_at: dict = {}
@@ -64,10 +64,10 @@ def main(argv=None) -> None:
         if on and off:
             row["not pinned ÷ pinned"] = round(statistics.median(m for m, _ in off) / statistics.median(m for m, _ in on), 2)
         rows.append(row)
-        report.progress(row)
+        suite.progress(row)
     cols = ["paradigm", "pinned: step ms", "pinned: spread", "not pinned: step ms", "not pinned: spread",
             "not pinned ÷ pinned", "pinned: model's |error|", "not pinned: model's |error|"]
-    t = report.Table(f"pinning_{a.model}_{a.workers}", f"{a.model}, {a.workers} ranks on loopback, batch {a.batch} per "
+    t = suite.Table(f"pinning_{a.model}_{a.workers}", f"{a.model}, {a.workers} ranks on loopback, batch {a.batch} per "
                      f"worker: rank 0's median step of each run (about a second of steps), medians over {a.repeats} "
                      f"interleaved rounds and their spread (min–max); the model's |error| = |predicted ÷ measured − 1| "
                      f"from each round's own profile, median over the rounds", rows, cols)
@@ -78,9 +78,9 @@ def main(argv=None) -> None:
              f"{100 * _median(errs[True]):.1f} %, not pinned {100 * _median(errs[False]):.1f} % ({len(errs[True]) + len(errs[False])} runs). "
              f"The host's 1-minute load as the suite ended: {os.getloadavg()[0]:.1f}.")
     cmd = ("python -m workbench.bench pinning " + " ".join(argv if argv is not None else [])).strip()
-    path = report.write(suite, f"Ranks pinned to their cores or not: {a.model}, {a.workers} ranks", cmd, [t], [],
+    path = suite.write(name, f"Ranks pinned to their cores or not: {a.model}, {a.workers} ranks", cmd, [t], [],
                         notes=notes, out_root=a.out,
-                        benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
+                        benchmarks_md=suite.ROOT / "BENCHMARKS.md" if a.write else None)
     print(f"\n{t.markdown()}\n\n{notes}\n\nreport: {path / 'report.html'}")
 
 

@@ -48,7 +48,7 @@ import statistics
 from pathlib import Path
 from typing import Optional
 
-from workbench.bench import report
+from workbench.bench import suite
 
 MODELS = ("small_cnn", "resnet18")
 WORKERS = 3
@@ -56,7 +56,7 @@ COMMITTED = "experiments/planner-rounds"  # the rounds' directory git keeps (.gi
 
 
 def main(argv=None) -> None:
-    p = report.parser("planner", __doc__, "small_cnn, 2 ranks, sync and ps")
+    p = suite.parser("planner", __doc__, "small_cnn, 2 ranks, sync and ps")
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--workers", type=int, default=WORKERS, help="processes per run (cluster.nproc)")
     p.add_argument("--batch", type=int, default=16, help="samples per worker per step")
@@ -78,7 +78,7 @@ def main(argv=None) -> None:
     p.add_argument("--pin", action="store_true", help="each rank pinned to its own cores (cluster.pin=true), in "
                    "the profiles and the runs alike; with --resume, rounds stored the other way are refused")
     a = p.parse_args(argv)
-    report.check_host(a.host)
+    suite.check_host(a.host)
     if a.stop_after is not None and a.stop_after < 0:
         raise SystemExit(f"error: invalid value {a.stop_after!r} for --stop-after: must be >= 0 minutes")
     if a.tiny:
@@ -102,10 +102,10 @@ def main(argv=None) -> None:
     stored = {path: unit for path in (store / unit_name(m, a.workers, a.batch, bw, k, only)
                                       for m in a.models.split(",") for k in range(1, a.repeats + 1) for bw in bandwidths)
               if a.resume and (unit := load_unit(path)) is not None}
-    report.check_pinned({f.name: u["profile"].machine for f, u in stored.items()}, a.pin, store)
+    suite.check_pinned({f.name: u["profile"].machine for f, u in stored.items()}, a.pin, store)
     for model in a.models.split(","):
         # the profile's ranks are pinned as the runs' are, or not (workbench.dist.pin_rank)
-        ov = [f"model={model}", *report.data_overrides(model, a.batch), "cluster.timeout_s=600",
+        ov = [f"model={model}", *suite.data_overrides(model, a.batch), "cluster.timeout_s=600",
               f"output_root={out / 'runs'}", *(["cluster.pin=true"] if a.pin else [])]
         # With rounds, each profiles anew before its runs, so that a row's error compares a prediction
         # and a measurement of the same minutes: this host's speed drifted by 20–50 % within an hour
@@ -158,7 +158,7 @@ def main(argv=None) -> None:
                    "bottleneck": r["bottleneck"], "drift": r.get("drift_range"), "_err": r.get("error"),
                    "_drifted": r.get("error_drifted"), "_noise": r.get("noise")}
             rows.append(row)
-            report.progress({k: v for k, v in row.items() if not k.startswith("_")})
+            suite.progress({k: v for k, v in row.items() if not k.startswith("_")})
     errs = [r["_err"] for r in rows if r["_err"] is not None]
     notes = ""
     if errs:
@@ -206,11 +206,11 @@ def main(argv=None) -> None:
     cols = ["model", "paradigm", "bandwidth", "N", "predicted ms", "measured ms"] + (
         ["spread ms", "repeats"] if a.repeats > 1 else []) + ["error", "predicted B/step", "measured B/step",
                                                               "bytes", "bottleneck", "drift"]
-    t = report.Table(f"planner_N{a.workers}", f"Planner: predicted vs measured step time and bytes per worker per step, "
+    t = suite.Table(f"planner_N{a.workers}", f"Planner: predicted vs measured step time and bytes per worker per step, "
                      f"{a.workers} ranks, batch {a.batch} per worker"
                      + (f", medians of {a.repeats} interleaved rounds (spread: min–max)" if a.repeats > 1 else ""),
                      rows, cols)
-    tables = [t] + ([report.Table(f"crossover_N{a.workers}", "Compression crossover on the emulated links: the link "
+    tables = [t] + ([suite.Table(f"crossover_N{a.workers}", "Compression crossover on the emulated links: the link "
                                   "rate below which a compressor beats sync, per round measured (log-linear between "
                                   "the measured rates, as the bandwidth suite) vs the model's from that round's "
                                   "profile (bisection of its predicted gain on the same emulated cluster) and "
@@ -223,10 +223,10 @@ def main(argv=None) -> None:
     # and one per rank count and machine (2 ranks on 2 cores is another regime than 3)
     name = ("" if a.models == ",".join(MODELS) else f", {a.models}") + ("" if a.bandwidths == "loopback" else f", {a.bandwidths}")
     name += ("" if a.workers == WORKERS or a.tiny else f", {a.workers} ranks") + (f", on {a.host}" if a.host else "")
-    path = report.write("planner" + name.replace(", ", "-").replace(",", "-").replace(":", "").replace(" ", ""),
+    path = suite.write("planner" + name.replace(", ", "-").replace(",", "-").replace(":", "").replace(" ", ""),
                         "Planner: model vs measured" + name,
                         cmd, tables, notes=notes, out_root=a.out,
-                        benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
+                        benchmarks_md=suite.ROOT / "BENCHMARKS.md" if a.write else None)
     print("\n" + "\n\n".join(x.markdown() for x in tables) + f"\n\n{notes}\n\nreport: {path / 'report.html'}")
 
 
@@ -419,7 +419,7 @@ def merged(rounds: list) -> list:
         keep = ("paradigm", "bandwidth", "workers", "predicted_step_s", "predicted_bytes_per_step", "bottleneck",
                 "measured_bytes_per_step", "bytes_error", "measured_status")
         ms = lambda r: {"measured_step_ms": 1e3 * r["measured_step_s"]} if "measured_step_s" in r else {}  # noqa: E731
-        rows = report.merge_repeats([[{**{k: r[k] for k in keep if k in r}, **ms(r)} for r in rs] for rs in rounds],
+        rows = suite.merge_repeats([[{**{k: r[k] for k in keep if k in r}, **ms(r)} for r in rs] for rs in rounds],
                                     lambda r: (r["paradigm"], r["bandwidth"]), ["measured_step_ms"])
     for r in rows:
         pairs = raw.get((r["paradigm"], r["bandwidth"]), [])
