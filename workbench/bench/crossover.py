@@ -9,13 +9,13 @@
     python -m workbench.bench crossover --models small_cnn --repeats 8 --resume --rounds experiments/crossover-rounds/xeon-host --host xeon-spr --write   # another machine: its own section
     python -m workbench.bench crossover --models small_cnn --workers 2 --pin --rounds experiments/crossover-rounds/xeon-host-pinned-batch --host xeon-spr-pinned --write   # ranks pinned (cluster.pin)
 
-Issue 13's target is that every measured crossover (the link rate below which a compressor beats
-``sync``) lies within 20 % of its prediction. The planner suite reads measured crossovers between
+The planner's target is that every measured crossover (the link rate below which a compressor
+beats ``sync``) lies within 20 % of its prediction. The planner suite reads measured crossovers between
 rates a factor 4–5 apart (200 Mbit/s, 1 and 4 Gbit/s), log-linearly: a speed-up is not log-linear
 over such a gap, and the model's own curve read that way moves its crossover by up to 30 %
 (docs/planner.md), so that table cannot settle the target. This suite asks the question the target
-asks, at the rates it names. Round by round, from a fresh profile (this host's speed moves by
-20 % within an hour), it predicts each compressor's crossover ``c`` on this host's
+asks, at the rates it names. Round by round, from a fresh profile (a host's speed drifts
+within an hour), it predicts each compressor's crossover ``c`` on this host's
 emulated links (``plan.emulated_crossover_bps``), then runs ``sync`` and the compressor side by side
 behind links of ``c/1.2`` and ``c·1.2`` (rounded inwards to whole Mbit/s), each pair interleaved
 (which goes first alternates). The measured crossover lies within 20 % of the prediction exactly
@@ -43,7 +43,7 @@ WORKERS = 3
 TOLERANCE = 1.2  # the target: the measured crossover within 20 % of the prediction, either way
 
 
-def main(argv=None) -> None:
+def parser():
     p = suite.parser("crossover", __doc__, "small_cnn, 2 ranks, signSGD, one round")
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--workers", type=int, default=WORKERS, help="processes per run (cluster.nproc)")
@@ -59,11 +59,29 @@ def main(argv=None) -> None:
                    "the profile and the runs alike; with --resume, rounds stored the other way are refused")
     p.add_argument("--errors", nargs="+", metavar="FILE", help="runs nothing: every stored run in these rounds "
                    "files against today's model's prediction from its round's profile, one line each")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> None:
+    a = parser().parse_args(argv)
     if a.errors:
         return print_errors([Path(f) for f in a.errors])
     if a.tiny:
         a.models, a.workers, a.only, a.repeats = "small_cnn", 2, a.only or "signsgd", 1
+    rng, only = checked(a)
+    from workbench.plan import check_verifiable
+    check_verifiable(["emulated:1gbit"])
+    out = Path(a.out) / "crossover"
+    store = Path(a.rounds) if a.rounds else out / "rounds"
+    rows = []
+    for model in a.models.split(","):
+        rows += measure_model(model, a.workers, a.batch, only, a.repeats, rng, store, out, a.resume, a.pin)
+    write(a, argv, rows)
+
+
+def checked(a):
+    """The arguments checked before anything runs (one ConfigError each): the --range in bits/s and
+    the --only compressors."""
     from workbench.core import ConfigError
     if a.workers < 2:
         raise ConfigError(f"invalid value {a.workers!r} for --workers: a crossover needs at least 2 ranks")
@@ -84,13 +102,11 @@ def main(argv=None) -> None:
     unknown = [m for m in a.models.split(",") if m not in REGISTERED]
     if unknown:
         raise ConfigError(f"unknown model {unknown[0]!r} for --models; choose from {', '.join(REGISTERED)}")
-    from workbench.plan import check_verifiable
-    check_verifiable(["emulated:1gbit"])
-    out = Path(a.out) / "crossover"
-    store = Path(a.rounds) if a.rounds else out / "rounds"
-    rows = []
-    for model in a.models.split(","):
-        rows += measure_model(model, a.workers, a.batch, only, a.repeats, rng, store, out, a.resume, a.pin)
+    return rng, only
+
+
+def write(a, argv, rows: list) -> None:
+    """The table, its notes (how many crossovers lie within 20 %, the host's load), the report."""
     tested = [r for r in rows if r["_verdict"] is not None]
     within = [r for r in tested if r["_verdict"] == "within 20 %"]
     unanimous = [r for r in within if r["_agree"] == r["_rounds"]]
@@ -263,19 +279,10 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
     """One model, round by round: a fresh profile (or the round's stored one), each compressor's
     predicted crossover from it and, for those in ``rng``, the interleaved pairs at that round's
     bracket; the table's rows. A profile per round, because one profile does not hold for the
-    hour its pairs take: the first sitting, with one, predicted ``sync`` 11–40 % slow at every
-    rate tested and so put the crossovers high (docs/planner.md)."""
+    hour its pairs take (docs/notes/2026-12-06-bench-history.md)."""
     from workbench import runstore
-    from workbench.bench.bandwidth import finite
     from workbench.perfmodel.profile import Profile
-    from workbench.plan import (
-        LOOPBACK,
-        _plan_rows,
-        emulated_crossover_bps,
-        predict_rows,
-        verify_steps,
-        verify_variant,
-    )
+    from workbench.plan import LOOPBACK, _plan_rows
     # the profile's ranks are pinned as the runs' are, or not (workbench.dist.pin_rank)
     ov = [f"model={model}", *suite.data_overrides(model, batch), "cluster.timeout_s=600", f"output_root={out / 'runs'}",
           f"cluster.pin={str(pin).lower()}"]
@@ -298,46 +305,8 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
         ran = rnd is None
         if rnd is None:
             rnd = unit["rounds"][str(k)] = {"profile": prof.to_json(), "pairs": {}}
-        by = {v.label: v for v in vs[workers]}
-        sync = by["sync"]
-        for label, v in by.items():
-            if not label.startswith("compressed/") or v.cfg.compressor.name == "none":
-                continue
-            name = v.cfg.compressor.name
-            c = emulated_crossover_bps(sync.cfg, prof, workers, name)
-            entry = {"c": c}
-            per.setdefault(name, []).append(entry)
-            if not finite(c) or not rng[0] <= c <= rng[1]:
-                continue
-            rates = brackets(c)
-            pred = {(r["paradigm"], r["bandwidth"]): r["predicted_step_s"]
-                    for r in predict_rows(prof, {workers: [sync, v]}, rates, 5e-5)}
-            pair = rnd["pairs"].setdefault(name, {})
-            if any(pair.get(side, {}).get("rate", b) != b for side, b in zip(("lower", "upper"), rates)):
-                # a pair tests the prediction its rates were chosen for: the model has changed since
-                print(f"crossover: {model} {name}, round {k}: its pairs were measured for another prediction than "
-                      f"today's model makes from the round's profile; left out (measure into another --rounds)")
-                entry["stale"] = True
-                continue
-            entry["predicted"] = [pred[("sync", b)] / pred[(label, b)] for b in rates]
-            entry["pair"] = pair
-            for i, (side, bw) in enumerate(zip(("lower", "upper"), rates)):
-                if side in pair:
-                    continue
-                # which of the pair goes first alternates, so a host drifting within the pair
-                # favours neither side over the rounds
-                got = {}
-                for var in [sync, v][:: 1 if (k + i) % 2 else -1]:
-                    print(f"crossover: {model} {var.label} at {bw}, round {k} ...", flush=True)
-                    m = verify_variant(var, out / "runs", bw=bw,
-                                       steps=verify_steps(min(pred[("sync", bw)], pred[(label, bw)])))
-                    got[var.label] = m.get("measured_step_s")
-                if None in got.values():
-                    print(f"crossover: {model} {name} at {bw}: a run did not complete; left out")
-                    continue
-                pair[side] = {"rate": bw, "sync_s": got["sync"], "compressor_s": got[label]}
-                ran = True
-                runstore.write_json(path, unit)
+        ran = measure_round(model, f"{k}/{repeats}", k, {v.label: v for v in vs[workers]}, prof, workers, rng, rnd,
+                            per, out, lambda: runstore.write_json(path, unit)) or ran
         if ran:  # the host's load as the round's measurements ended (a stored round keeps its own)
             rnd["load"] = [round(x, 2) for x in os.getloadavg()]
         runstore.write_json(path, unit)
@@ -348,6 +317,60 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
         rows.append(row)
         suite.progress({k: v_ for k, v_ in row.items() if not k.startswith("_")})
     return rows
+
+
+def measure_round(model, which, k, by, prof, workers, rng, rnd, per, out: Path, save) -> bool:
+    """Round ``k`` (``which``: "k/N"): each compressor's crossover predicted from the round's
+    profile (an entry of ``per``) and, where it lies in ``rng``, its pair of runs at the bracket
+    measured unless ``rnd`` holds it (``save`` after each rate). Whether anything ran."""
+    from workbench.bench.bandwidth import finite
+    from workbench.plan import emulated_crossover_bps, predict_rows
+    sync, ran = by["sync"], False
+    for label, v in by.items():
+        if not label.startswith("compressed/") or v.cfg.compressor.name == "none":
+            continue
+        name = v.cfg.compressor.name
+        c = emulated_crossover_bps(sync.cfg, prof, workers, name)
+        entry = {"c": c}
+        per.setdefault(name, []).append(entry)
+        if not finite(c) or not rng[0] <= c <= rng[1]:
+            continue
+        rates = brackets(c)
+        pred = {(r["paradigm"], r["bandwidth"]): r["predicted_step_s"]
+                for r in predict_rows(prof, {workers: [sync, v]}, rates, 5e-5)}
+        pair = rnd["pairs"].setdefault(name, {})
+        if any(pair.get(side, {}).get("rate", b) != b for side, b in zip(("lower", "upper"), rates)):
+            # a pair tests the prediction its rates were chosen for: the model has changed since
+            print(f"crossover: {model} {name}, round {k}: its pairs were measured for another prediction than "
+                  f"today's model makes from the round's profile; left out (measure into another --rounds)")
+            entry["stale"] = True
+            continue
+        entry["predicted"] = [pred[("sync", b)] / pred[(label, b)] for b in rates]
+        entry["pair"] = pair
+        for i, (side, bw) in enumerate(zip(("lower", "upper"), rates)):
+            if side in pair:
+                continue
+            got = measure_pair(model, which, k + i, sync, v, bw, pred, out)
+            if None in got.values():
+                print(f"crossover: {model} {name} at {bw}: a run did not complete; left out")
+                continue
+            pair[side] = {"rate": bw, "sync_s": got["sync"], "compressor_s": got[label]}
+            ran = True
+            save()
+    return ran
+
+
+def measure_pair(model, which, parity, sync, v, bw, pred, out: Path) -> dict:
+    """``sync`` and the compressor's variant ``v`` at ``bw``, one after the other: each one's
+    measured step (None where its run did not complete). Which goes first alternates with
+    ``parity``, so a host drifting within the pair favours neither side over the rounds."""
+    from workbench.plan import verify_steps, verify_variant
+    got = {}
+    for var in [sync, v][:: 1 if parity % 2 else -1]:
+        print(f"crossover: {model} {var.label} at {bw}, round {which} ...", flush=True)
+        m = verify_variant(var, out / "runs", bw=bw, steps=verify_steps(min(pred[("sync", bw)], pred[(v.label, bw)])))
+        got[var.label] = m.get("measured_step_s")
+    return got
 
 
 def scored(entries: list) -> dict:
