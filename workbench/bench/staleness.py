@@ -120,8 +120,8 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     if a.tiny:
         a.workers, a.max_steps, a.target = 2, 20, 0.5
-    suite = f"staleness-{a.workers}w"
-    out = Path(a.out) / suite
+    name = f"staleness-{a.workers}w"
+    out = Path(a.out) / name
     rounds = []
     for i in range(a.repeats):  # interleaved: every protocol once per round, so load drifts touch all alike
         rounds.append([])
@@ -139,7 +139,7 @@ def main(argv=None) -> None:
     note = (f"{len(reached)} of {len(rows)} runs reached {a.target:.0%}"
             + (f"; first: {first['protocol']} (straggler: {first['straggler']}) in {first['time_to_target_s']} s, "
                f"{first['MiB_to_target']} MiB sent per worker." if first else "."))
-    path = suite.write(suite, f"staleness: time to {a.target:.0%}, λ={a.workers}", cmd.strip(), [t],
+    path = suite.write(name, f"staleness: time to {a.target:.0%}, λ={a.workers}", cmd.strip(), [t],
                         figures(rows, a.target), notes=note, out_root=a.out,
                         benchmarks_md=suite.ROOT / "BENCHMARKS.md" if a.write else None)
     print(f"\n{t.markdown()}\n\nreport: {path / 'report.html'}")

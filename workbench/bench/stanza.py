@@ -32,8 +32,8 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     if a.tiny:
         a.model, a.nproc, a.steps, a.batch = "small_cnn", 3, 4, 16
-    suite = f"stanza-{a.model}-{a.nproc}p"
-    out = Path(a.out) / suite
+    name = f"stanza-{a.model}-{a.nproc}p"
+    out = Path(a.out) / name
     base = [f"model={a.model}", *suite.data_overrides(a.model, a.batch, 1024), f"cluster.nproc={a.nproc}",
             f"trainer.max_steps={a.steps}", "trainer.eval_every=100000", "trainer.progress=false",
             "cluster.timeout_s=900", f"output_root={out / 'runs'}"]
@@ -54,7 +54,7 @@ def main(argv=None) -> None:
                      f"worker, {a.steps} steps; samples/s (error = measured / predicted − 1)"
                      + (f"; medians of {a.repeats} interleaved rounds, spread: min–max" if a.repeats > 1 else ""), rows, cols)
     cmd = ("python -m workbench.bench stanza " + " ".join(argv if argv is not None else [])).strip()
-    path = suite.write(suite, f"stanza allocation sweep: {a.model}, N={a.nproc}", cmd, [t], [figure(rows, a.model)],
+    path = suite.write(name, f"stanza allocation sweep: {a.model}, N={a.nproc}", cmd, [t], [figure(rows, a.model)],
                         notes=f"Predicted vs measured: {suite.within(rows, 'error')}.", out_root=a.out, benchmarks_md=suite.ROOT / "BENCHMARKS.md" if a.write else None)
     print(f"\n{t.markdown()}\n\nreport: {path / 'report.html'}")
 
