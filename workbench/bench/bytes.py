@@ -99,8 +99,8 @@ def main(argv=None) -> None:
     if a.tiny:
         a.models, a.workers, a.compressors = "small_cnn", 2, "none,topk,powersgd"
     models = a.models.split(",")
-    name = f"bytes-{a.workers}w"  # one report per N: a run at another N does not overwrite it
-    out = Path(a.out) / name
+    report_dir = f"bytes-{a.workers}w"  # one report per N: a run at another N does not overwrite it
+    out = Path(a.out) / report_dir
     rows, jobs = [], []
     for model in models:
         for label, _, ov in runs_for(a.workers, a.compressors.split(",")):
@@ -109,7 +109,8 @@ def main(argv=None) -> None:
                 "cluster.timeout_s=600", f"output_root={out / 'runs'}"])
             validate(cfg)  # every run's config, before the first one starts
             jobs.append((model, label, cfg))
-    for model, label, cfg in jobs:
+    for i, (model, label, cfg) in enumerate(jobs, 1):
+        print(f"bytes {i}/{len(jobs)}: {model} {label} ...", flush=True)
         run = workbench.launch(cfg, progress=False, check=False)
         if run.summary.get("status") != "completed":
             rows.append({"model": model, "run": label, "status": run.summary.get("status")})
@@ -134,7 +135,7 @@ def main(argv=None) -> None:
     cmd = ("python -m workbench.bench bytes " + " ".join(argv if argv is not None else [])).strip()
     exact = sum(1 for r in rows if r.get("sent_B") is not None and r["sent_B"] == r.get("analytic_sent_B"))
     note = f"Measured equals analytic to the byte in {exact} of {sum(1 for r in rows if r.get('sent_B') is not None)} runs."
-    path = suite.write(name, f"bytes per worker per step, N={a.workers}", cmd, [t], [figure(rows)], notes=note, out_root=a.out,
+    path = suite.write(report_dir, f"bytes per worker per step, N={a.workers}", cmd, [t], [figure(rows)], notes=note, out_root=a.out,
                         benchmarks_md=suite.ROOT / "BENCHMARKS.md" if a.write else None)
     print(f"\n{t.markdown()}\n\nreport: {path / 'report.html'}")
 

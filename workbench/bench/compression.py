@@ -196,13 +196,14 @@ def main(argv=None) -> None:
                 # each round after its own profile: this host's speed drifts within the hour, and a
                 # prediction is compared with the runs of the same minutes (as the planner suite does)
                 profiles.append(profiled(cfgs, a.nproc, out / f"profile-r{i + 1}.json"))
-                for name, cfg in cfgs.items():
-                    print(f"{model}: {name}" + (f" (round {i + 1} of {a.repeats})" if a.repeats > 1 else "") + " ...",
-                          flush=True)
+                for j, (name, cfg) in enumerate(cfgs.items(), i * len(cfgs) + 1):
+                    print(f"compression {j}/{a.repeats * len(cfgs)}: {model} {name}"
+                          + (f" (round {i + 1} of {a.repeats})" if a.repeats > 1 else "") + " ...", flush=True)
                     runs[name].append(workbench.launch(cfg, progress=False, check=False))
                     index.write_text(json.dumps({"command": command, "profiles": [
                         str(out / f"profile-r{k + 1}.json") for k in range(len(profiles))], "runs": {
                         n: [str(r.path) for r in v] for n, v in runs.items() if v}}, indent=2))
+                    finished(model, name, i + 1, runs[name][-1])
         rows = rows_of(runs, profiles, cfgs)
         rounds = max(len(v) for v in runs.values())
         cols = COLS if rounds == 1 else COLS[:7] + ["spread"] + COLS[7:]
@@ -218,6 +219,13 @@ def main(argv=None) -> None:
         path = suite.write(out.name, f"compression: {model}, N={a.nproc}", command, [t], [figure(rows, model)],
                             notes=notes, out_root=a.out, benchmarks_md=suite.ROOT / "BENCHMARKS.md" if a.write else None)
         print(f"\n{t.markdown()}\n\n{notes}\nreport: {path / 'report.html'}", flush=True)
+
+
+def finished(model: str, compressor: str, round_: int, run) -> None:
+    """One line per finished run (the table's row needs every round's profile, so it comes at the end)."""
+    status = run.summary.get("status")
+    suite.progress({"model": model, "compressor": compressor, "round": round_, "status": status,
+                    "samples/s": suite.samples_per_s(run) if status == "completed" else None})
 
 
 if __name__ == "__main__":

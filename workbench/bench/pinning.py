@@ -35,15 +35,17 @@ def main(argv=None) -> None:
     if a.tiny:
         a.only, a.repeats = "sync,compressed/fp16", 1
     from workbench.plan import LOOPBACK, _plan_rows, verify
-    name = f"pinning-{a.model}-{a.workers}ranks"
-    out = Path(a.out) / name
+    report_dir = f"pinning-{a.model}-{a.workers}ranks"
+    out = Path(a.out) / report_dir
     only = [o for o in a.only.split(",") if o]
     base = [f"model={a.model}", *suite.data_overrides(a.model, a.batch), "cluster.timeout_s=600",
             f"output_root={out / 'runs'}"]
     got: dict = {}  # (paradigm, pinned) -> [(measured s, error), ...]
     pinned_at: dict = {}
     for k in range(a.repeats):
-        for pin in ((True, False) if k % 2 == 0 else (False, True)):
+        for j, pin in enumerate((True, False) if k % 2 == 0 else (False, True)):
+            print(f"pinning {2 * k + j + 1}/{2 * a.repeats}: {'pinned' if pin else 'not pinned'}, round {k + 1} ...",
+                  flush=True)
             ov = base + [f"cluster.pin={str(pin).lower()}"]
             rows, (vs, prof) = _plan_rows(ov, [LOOPBACK], [a.workers], None, 1.0, "50us", only, str(out), print,
                                           refresh=True)
@@ -78,7 +80,7 @@ def main(argv=None) -> None:
              f"{100 * _median(errs[True]):.1f} %, not pinned {100 * _median(errs[False]):.1f} % ({len(errs[True]) + len(errs[False])} runs). "
              f"The host's 1-minute load as the suite ended: {os.getloadavg()[0]:.1f}.")
     cmd = ("python -m workbench.bench pinning " + " ".join(argv if argv is not None else [])).strip()
-    path = suite.write(name, f"Ranks pinned to their cores or not: {a.model}, {a.workers} ranks", cmd, [t], [],
+    path = suite.write(report_dir, f"Ranks pinned to their cores or not: {a.model}, {a.workers} ranks", cmd, [t], [],
                         notes=notes, out_root=a.out,
                         benchmarks_md=suite.ROOT / "BENCHMARKS.md" if a.write else None)
     print(f"\n{t.markdown()}\n\n{notes}\n\nreport: {path / 'report.html'}")

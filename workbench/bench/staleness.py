@@ -120,13 +120,16 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     if a.tiny:
         a.workers, a.max_steps, a.target = 2, 20, 0.5
-    name = f"staleness-{a.workers}w"
-    out = Path(a.out) / name
+    report_dir = f"staleness-{a.workers}w"
+    out = Path(a.out) / report_dir
     rounds = []
+    total = a.repeats * 2 * len(protocols(a.workers, a.tiny))
     for i in range(a.repeats):  # interleaved: every protocol once per round, so load drifts touch all alike
         rounds.append([])
         for straggler in (False, True):
             for label, ov, nproc in protocols(a.workers, a.tiny):
+                print(f"staleness {i * total // a.repeats + len(rounds[-1]) + 1}/{total}: {label}"
+                      f"{', a straggler' if straggler else ''} ...", flush=True)
                 rounds[-1].append(run_one(label, ov, nproc, straggler, a, out))
                 suite.progress(rounds[-1][-1])
     rows = merge(rounds)
@@ -139,7 +142,7 @@ def main(argv=None) -> None:
     note = (f"{len(reached)} of {len(rows)} runs reached {a.target:.0%}"
             + (f"; first: {first['protocol']} (straggler: {first['straggler']}) in {first['time_to_target_s']} s, "
                f"{first['MiB_to_target']} MiB sent per worker." if first else "."))
-    path = suite.write(name, f"staleness: time to {a.target:.0%}, λ={a.workers}", cmd.strip(), [t],
+    path = suite.write(report_dir, f"staleness: time to {a.target:.0%}, λ={a.workers}", cmd.strip(), [t],
                         figures(rows, a.target), notes=note, out_root=a.out,
                         benchmarks_md=suite.ROOT / "BENCHMARKS.md" if a.write else None)
     print(f"\n{t.markdown()}\n\nreport: {path / 'report.html'}")

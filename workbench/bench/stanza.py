@@ -32,8 +32,8 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     if a.tiny:
         a.model, a.nproc, a.steps, a.batch = "small_cnn", 3, 4, 16
-    name = f"stanza-{a.model}-{a.nproc}p"
-    out = Path(a.out) / name
+    report_dir = f"stanza-{a.model}-{a.nproc}p"
+    out = Path(a.out) / report_dir
     base = [f"model={a.model}", *suite.data_overrides(a.model, a.batch, 1024), f"cluster.nproc={a.nproc}",
             f"trainer.max_steps={a.steps}", "trainer.eval_every=100000", "trainer.progress=false",
             "cluster.timeout_s=900", f"output_root={out / 'runs'}"]
@@ -43,6 +43,7 @@ def main(argv=None) -> None:
         validate(c)  # every run's config, before the first one starts
     rounds = []
     for i in range(a.repeats):  # interleaved: each allocation once per round
+        print(f"stanza round {i + 1}/{a.repeats}: {len(cfgs)} runs ...", flush=True)
         rounds.append(sweep(cfgs, a.nproc))
     rows = suite.merge_repeats(rounds, "allocation", ["measured"])
     for r in rows:  # the error of the medians, not the median of the errors
@@ -54,7 +55,7 @@ def main(argv=None) -> None:
                      f"worker, {a.steps} steps; samples/s (error = measured / predicted − 1)"
                      + (f"; medians of {a.repeats} interleaved rounds, spread: min–max" if a.repeats > 1 else ""), rows, cols)
     cmd = ("python -m workbench.bench stanza " + " ".join(argv if argv is not None else [])).strip()
-    path = suite.write(name, f"stanza allocation sweep: {a.model}, N={a.nproc}", cmd, [t], [figure(rows, a.model)],
+    path = suite.write(report_dir, f"stanza allocation sweep: {a.model}, N={a.nproc}", cmd, [t], [figure(rows, a.model)],
                         notes=f"Predicted vs measured: {suite.within(rows, 'error')}.", out_root=a.out, benchmarks_md=suite.ROOT / "BENCHMARKS.md" if a.write else None)
     print(f"\n{t.markdown()}\n\nreport: {path / 'report.html'}")
 
@@ -62,7 +63,8 @@ def main(argv=None) -> None:
 def sweep(cfgs, nproc: int) -> list:
     """One round: every Stanza allocation, then data parallelism on the same processes."""
     rows, dp_pred = [], None
-    for cfg in cfgs[:-1]:
+    for i, cfg in enumerate(cfgs[:-1], 1):
+        print(f"stanza {i}/{len(cfgs)}: n_f = {cfg.trainer.fc_workers} ...", flush=True)
         run = workbench.launch(cfg, progress=False, check=False)
         st = run.summary.get("stanza")
         if run.summary.get("status") != "completed" or not st:
@@ -76,6 +78,7 @@ def sweep(cfgs, nproc: int) -> list:
                      "measured": round(st["measured_steady_samples_per_s"], 1),
                      "error": f"{100 * st['prediction_error']:+.0f} %", "status": "completed"})
         suite.progress(rows[-1])
+    print(f"stanza {len(cfgs)}/{len(cfgs)}: sync x{nproc} ...", flush=True)
     run = workbench.launch(cfgs[-1], progress=False, check=False)
     dp = suite.samples_per_s(run, skip=1) if run.summary.get("status") == "completed" else None
     if dp:
