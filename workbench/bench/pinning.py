@@ -8,10 +8,11 @@ pinned as its runs are).
     python -m workbench.bench pinning --tiny                   # CI smoke: sync and fp16, 1 round
 
 Why it is measured: with 2 ranks on 2 cores and nothing pinned, the scheduler moves a rank's threads
-(the training loop, the compression hook's thread, gloo's) between the cores, and a run of the same
-compressor took 4.7 ms a step in one launch and 7.5 in the next; pinned, the compressors ran steadier
-and faster, and ``sync``'s one 605 KB all-reduce stalled until gloo's device thread was put under
-``SCHED_BATCH`` (docs/planner.md, "Ranks pinned to their cores", "gloo's device thread spins").
+(the training loop, the compression hook's thread, gloo's) between the cores, and the same run's step
+differs from one launch to the next; pinned, the compressors run steadier and faster, and gloo's
+device thread runs under ``SCHED_BATCH`` so that it does not stall ``sync``'s all-reduce
+(docs/planner.md, "Ranks pinned to their cores", "gloo's device thread spins"; the measurements:
+docs/notes/2026-12-06-bench-history.md).
 Which of the two goes first alternates by round, so a host that drifts favours neither.
 Pinning needs as many cores as ranks: with more ranks than cores both columns run unpinned.
 """
