@@ -92,9 +92,16 @@ def verify(rows: List[dict], vs: Dict[int, List[Variant]], root: Path, log=print
 
 
 def interactive() -> bool:
-    """Whether bars can be drawn: stderr is a terminal, or this is a notebook's kernel (tqdm.auto
-    draws a widget there)."""
-    return sys.stderr.isatty() or "ipykernel" in sys.modules
+    """Whether bars can be drawn: stderr is a terminal, or this runs in a notebook's kernel, where
+    tqdm.auto draws a widget (the kernel test is tqdm.autonotebook's)."""
+    if sys.stderr.isatty():
+        return True
+    ipython = sys.modules.get("IPython")
+    try:
+        shell = ipython.get_ipython() if ipython is not None else None
+    except Exception:  # an IPython without a shell
+        return False
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
 
 
 class Progress:
