@@ -37,6 +37,12 @@ step), ``predicted_bytes_by_category``, ``bottleneck``, ``crossover_bps``, and w
 measured − 1, of the step time) and ``bytes_error``. A verification runs 12 warm-up steps, then
 whole periods of 8 steps (BMUF's block, EASGD's period) filling about a second of predicted
 steps (at most 400), and measures rank 0's median step (the mean where the bytes vary by step).
+While it runs, a bar goes across the paradigms with each run's step bar under it (a terminal, a
+notebook); in a log, one line per paradigm: ``verify i/N: <paradigm> … (about T left)``.
+
+Layout: :mod:`~workbench.plan.rows` (the variants, the cluster of each bandwidth, the predicted
+rows), :mod:`~workbench.plan.tables` (the text), :mod:`~workbench.plan.verification` (the runs
+here), :mod:`~workbench.plan.cli` (the command line).
 
 At scale (``--workers 30,64,1024``): on a link, the asynchronous paradigms (``ps/async``,
 ``staleness/n=…``, ``easgd/async``) come from the discrete-event simulator (:mod:`workbench.sim`:
