@@ -88,7 +88,7 @@ def rank_cores(index: int, host_ranks: int, allowed: Sequence[int]) -> Optional[
 def pin_threads(cores: Sequence[int]) -> None:
     """Every thread of this process, and every thread it starts later, on ``cores`` only.
 
-    Why it is there, and why it is off by default (``cluster.pin``): with 2 ranks on 2 cores and
+    Why it is there, and why it is off by default (``testbed.pin``): with 2 ranks on 2 cores and
     nothing pinned, the scheduler moves a rank's threads (the training loop, the compression hook's
     thread, gloo's) between the cores. On the Xeon VM, 2 ranks, DDP's loop with the fp16 hook read
     4.4-7.2 ms a step unpinned and 3.7-4.0 pinned, and every compressor's run was 1.17-1.43x faster
@@ -182,26 +182,43 @@ def new_group(*args, **kwargs):
     return group
 
 
-def pin_cores(cluster, index: int, host_ranks: int) -> Optional[List[int]]:
-    """The cores rank ``index`` of the host's ``host_ranks`` is pinned to under ``cluster``: its
-    :func:`rank_cores` where ``cluster.pin`` and the ranks fit the cores, else None (not pinned)."""
-    if not getattr(cluster, "pin", False) or not hasattr(os, "sched_getaffinity"):
+def pins(node) -> bool:
+    """``testbed.pin`` of a composed config, given its ``testbed`` node, the whole config, or
+    another of its nodes (``cfg.cluster``: the node is read back to its root)."""
+    if node is None:
+        return False
+    if "pin" in node:
+        return bool(node.pin)
+    from omegaconf import DictConfig, OmegaConf
+    root = node
+    while isinstance(root, DictConfig) and root._get_parent() is not None:
+        root = root._get_parent()
+    return bool(OmegaConf.select(root, "testbed.pin", default=False)) if isinstance(root, DictConfig) else False
+
+
+def pin_cores(testbed, index: int, host_ranks: int) -> Optional[List[int]]:
+    """The cores rank ``index`` of the host's ``host_ranks`` is pinned to under ``testbed`` (see
+    :func:`pins`): its :func:`rank_cores` where ``testbed.pin`` and the ranks fit the cores, else
+    None (not pinned)."""
+    if not pins(testbed) or not hasattr(os, "sched_getaffinity"):
         return None
     return rank_cores(index, host_ranks, os.sched_getaffinity(0))
 
 
-def pin_rank(cluster, index: int, host_ranks: int) -> Optional[List[int]]:
+def pin_rank(testbed, index: int, host_ranks: int) -> Optional[List[int]]:
     """Pin this rank (``index`` of the host's ``host_ranks``) to its :func:`pin_cores`; the cores,
     or None where not pinned."""
     global _pinned
-    cores = pin_cores(cluster, index, host_ranks)
+    cores = pin_cores(testbed, index, host_ranks)
     if cores is not None:
         pin_threads(cores)
         _pinned = True
     return cores
 
 
-def init(cluster) -> DistInfo:
+def init(cluster, testbed=None) -> DistInfo:
+    """Join the process group of ``cluster`` (this rank pinned as ``testbed`` says): backend,
+    device, threads and timeouts set; the rank's :class:`DistInfo`."""
     rank = int(os.environ.get("RANK", 0))
     world = int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -211,9 +228,9 @@ def init(cluster) -> DistInfo:
     # rank (WORKBENCH_NODE, one per node) is rank k of the host's WORKBENCH_HOST_RANKS
     node = os.environ.get("WORKBENCH_NODE")
     if node is None:
-        cores = pin_rank(cluster, local_rank, local_world)
+        cores = pin_rank(testbed, local_rank, local_world)
     else:
-        cores = pin_rank(cluster, int(node), host_ranks(local_world))
+        cores = pin_rank(testbed, int(node), host_ranks(local_world))
     torch.set_num_threads(threads)
     device = choose_device(cluster, local_rank)
     if device.type == "cuda":

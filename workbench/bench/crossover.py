@@ -157,7 +157,7 @@ def run_errors(path: Path) -> list:
     either side's step). Rows: round, compressor, rate, paradigm, measured and predicted step (s)."""
     import tempfile
 
-    from workbench import runstore
+    from workbench.runs import store as runstore
     from workbench.perfmodel.profile import Profile
     from workbench.plan import LOOPBACK, _plan_rows, predict_rows
     unit = runstore.read_json(path) or {}
@@ -265,7 +265,7 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
     bracket; the table's rows. A profile per round, because one profile does not hold for the
     hour its pairs take: the first sitting, with one, predicted ``sync`` 11–40 % slow at every
     rate tested and so put the crossovers high (docs/planner.md)."""
-    from workbench import runstore
+    from workbench.runs import store as runstore
     from workbench.bench.bandwidth import finite
     from workbench.perfmodel.profile import Profile
     from workbench.plan import (
@@ -278,7 +278,7 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
     )
     # the profile's ranks are pinned as the runs' are, or not (workbench.dist.pin_rank)
     ov = [f"model={model}", *report.data_overrides(model, batch), "cluster.timeout_s=600", f"output_root={out / 'runs'}",
-          f"cluster.pin={str(pin).lower()}"]
+          f"testbed.pin={str(pin).lower()}"]
     path = store / f"{model}-N{workers}-b{batch}.json"
     unit = (runstore.read_json(path) if resume else None) or {}
     unit.setdefault("rounds", {})

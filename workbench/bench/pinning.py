@@ -44,7 +44,7 @@ def main(argv=None) -> None:
     pinned_at: dict = {}
     for k in range(a.repeats):
         for pin in ((True, False) if k % 2 == 0 else (False, True)):
-            ov = base + [f"cluster.pin={str(pin).lower()}"]
+            ov = base + [f"testbed.pin={str(pin).lower()}"]
             rows, (vs, prof) = _plan_rows(ov, [LOOPBACK], [a.workers], None, 1.0, "50us", only, str(out), print,
                                           refresh=True)
             pinned_at[pin] = bool(prof.machine.get("pinned"))

@@ -106,7 +106,7 @@ def main(argv=None) -> None:
     for model in a.models.split(","):
         # the profile's ranks are pinned as the runs' are, or not (workbench.dist.pin_rank)
         ov = [f"model={model}", *report.data_overrides(model, a.batch), "cluster.timeout_s=600",
-              f"output_root={out / 'runs'}", *(["cluster.pin=true"] if a.pin else [])]
+              f"output_root={out / 'runs'}", *(["testbed.pin=true"] if a.pin else [])]
         # With rounds, each profiles anew before its runs, so that a row's error compares a prediction
         # and a measurement of the same minutes: this host's speed drifted by 20–50 % within an hour
         # (a bare 3-rank DDP loop: 7.3–7.8 ms a step at 15:45, 9.1–11.5 ms at 16:38, docs/planner.md).
@@ -243,7 +243,7 @@ def save_unit(path: Path, prof, rows: list, drift: Optional[dict] = None) -> Non
     import datetime
     import os
 
-    from workbench import runstore
+    from workbench.runs import store as runstore
     measured = {r["paradigm"]: {k: v for k, v in r.items() if k.startswith("measured_") or k == "run_dir"}
                 for r in rows}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -255,7 +255,7 @@ def save_unit(path: Path, prof, rows: list, drift: Optional[dict] = None) -> Non
 def load_unit(path: Path):
     """A stored (round, bandwidth), its profile loaded; None if there is none, or if its profile is
     of a version older than today's model reads (then it is measured again)."""
-    from workbench import runstore
+    from workbench.runs import store as runstore
     from workbench.perfmodel.profile import PROFILE_READABLE, PROFILE_VERSION, Profile
     unit = runstore.read_json(path)
     if unit is None:

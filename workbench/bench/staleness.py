@@ -45,7 +45,7 @@ def protocols(lam: int, tiny: bool = False) -> list:
 
 
 def run_one(label, overrides, nproc, straggler, a, out: Path) -> dict:
-    extra = ["cluster.straggler_ranks=[1]", f"cluster.straggler_delay_s={a.delay}"] if straggler else []
+    extra = ["inject.straggler_ranks=[1]", f"inject.straggler_delay_s={a.delay}"] if straggler else []
     cfg = workbench.compose(overrides + [f"cluster.nproc={nproc}", f"trainer.max_steps={a.max_steps}",
                                          "trainer.eval_every=10", "data.batch_size=16", "trainer.progress=false",
                                          "cluster.timeout_s=300", f"output_root={out / 'runs'}", *extra])
