@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 def _pd():
     """pandas, imported when a table is asked for: the launcher builds a :class:`Run` at the end of
-    every run, and the CLI should not pay pandas' import (about 0.7 s of CPU) before its ranks start."""
+    every run, and the CLI should not pay pandas' import (most of a second of CPU) before its ranks start."""
     import pandas
     return pandas
 

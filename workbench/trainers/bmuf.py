@@ -93,8 +93,8 @@ def _block_loop(model, step, meter, comm_device, make_optimizer, reps, block: in
     with its optimizer step, then :func:`block_sync` (``Profile.loops["block/<block>"]``), at the
     profile's weights: the optimizer's learning rate is 0, so every update does its arithmetic
     and moves nothing. A loop that trains on the profile's one batch over and over drives the loss
-    to 0 and the gradients into denormal floats, whose arithmetic is slow on a CPU: the small CNN's
-    loop read 6.2–6.8 ms a step where the trainer's runs took 3.8 (2026-12-05, docs/planner.md)."""
+    to 0 and the gradients into denormal floats, whose arithmetic is slow on a CPU, and would time
+    a slower loop than the trainer runs (docs/notes/2026-12-06-trainers-history.md)."""
     import copy
 
     import torch.distributed as dist

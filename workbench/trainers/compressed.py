@@ -24,15 +24,16 @@ import torch
 
 from workbench.compress import COMPRESSORS, build_compressor
 from workbench.compress.hook import CompressionHookState, compression_hook
-from workbench.core import ConfigError, store_schema
+from workbench.core import ConfigError, TrainerConfig, store_schema
 from workbench.spec import ParadigmSpec, declare
 from workbench.trainers import TRAINERS
-from workbench.trainers.sync import SyncConfig, SyncTrainer
+from workbench.trainers.sync import SyncTrainer
 
 
 @dataclass
-class CompressedConfig(SyncConfig):
+class CompressedConfig(TrainerConfig):
     name: str = "compressed"
+    bucket_cap_mb: float = 25.0  # DDP bucket size: the unit a compressor works on
     profile_skip: int = 2  # steps left out of the per-bucket profile (DDP's bucket rebuild, warm-up)
 
 

@@ -8,8 +8,7 @@ their gradients do.
     python -m workbench trainer=stanza trainer.fc_workers=auto model=vgg16 data=synthetic \\
         trainer.max_steps=20 cluster.nproc=4                                    # profile, then pick n_f
 
-(The issue's ``stanza.fc_workers`` is ``trainer.fc_workers``: every trainer's options live under
-``trainer.``.)
+Every trainer's options live under ``trainer.``: the number of FC workers is ``trainer.fc_workers``.
 
 Roles: ranks 0..n_c-1 are CONV workers (rank 0 logs and saves ``model.pt``), ranks n_c..N-1 FC
 workers; CONV worker c sends to FC worker n_c + (c mod n_f). One BSP step:
