@@ -108,7 +108,9 @@ def in_progress_bar() -> bool:
 
 
 class Trainer:
-    """Base class. Subclasses set ``name`` and register with ``@TRAINERS.register(name)``."""
+    """Base class. Subclasses set ``name`` and register with ``@TRAINERS.register(name)``; what the
+    planner and the suites read about a trainer is its :class:`~workbench.spec.ParadigmSpec`,
+    declared beside it in its module."""
 
     name = "base"
 
