@@ -49,7 +49,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import workbench
-from workbench import runstore
+from workbench.runs import store as runstore
 from workbench.bench import suite
 from workbench.bench.bandwidth_index import kept_runs, recorded, runs_span, save_index
 from workbench.bench.bytes import runs_for

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from workbench import runstore
+from workbench.runs import store as runstore
 from workbench.runs import Run
 
 

@@ -17,8 +17,8 @@ others on CIFAR-size synthetic data, 3×32×32, 10 classes):
   2(N−1)/N, all-gather N−1, plus the 8-byte length every all-gather exchanges first so that unequal
   payloads never hang); each run with the compressor's ``bench_overrides`` (the sparsifiers keep 1 %).
 
-Each trainer says which runs it contributes (``bench_variants``) and its analytic count
-(``analytic_bytes``): a new trainer or compressor joins this suite without an edit here.
+Each trainer's spec (:class:`workbench.spec.ParadigmSpec`) says which runs it contributes
+(``bench_variants``) and its analytic count (``analytic_bytes``): a new trainer or compressor joins this suite without an edit here.
 
 Measured = worker rank 0's metered bytes per training step (``ranks/rank0.jsonl``), the first two
 steps left out (DDP rebuilds its buckets after step 1; PowerSGD compresses from step 2 on). Sent and
@@ -36,7 +36,7 @@ import workbench
 from workbench.bench import suite
 from workbench.compress import COMPRESSORS
 from workbench.config import validate
-from workbench.trainers import TRAINERS
+from workbench.trainers import SPECS
 
 MODELS = ("small_cnn", "alexnet", "vgg16", "resnet18")
 
@@ -65,20 +65,20 @@ def param_shapes(run) -> list:
 
 
 def analytic_sent(run) -> float:
-    """The trainer's own count (:meth:`Trainer.analytic_bytes`) of the bytes a worker sends per step."""
-    return TRAINERS[run.config.trainer.name].analytic_bytes(run.config, run.summary, param_shapes(run))
+    """The trainer's own count (``ParadigmSpec.analytic_bytes``) of the bytes a worker sends per step."""
+    return SPECS[run.config.trainer.name].analytic_bytes(run.config, run.summary, param_shapes(run))
 
 
 def runs_for(N: int, compressors) -> list:
     """(label, kind, overrides) of one model's runs: every registered trainer's bytes variants
-    (:meth:`Trainer.bench_variants`), those with a compressor only for the ``compressors`` asked and
+    (``ParadigmSpec.bench_variants``), those with a compressor only for the ``compressors`` asked and
     in their order; ``kind`` is the compressor's name for those, else the trainer's."""
     compressors = list(compressors)
     first = ["sync", "ps", "stanza"]  # the reference rows first, as in BENCHMARKS.md
     out = []
-    for name in sorted(TRAINERS, key=lambda t: (first.index(t) if t in first else len(first), t)):
+    for name in sorted(SPECS, key=lambda t: (first.index(t) if t in first else len(first), t)):
         plain, compressed = [], []
-        for label, ov in TRAINERS[name].bench_variants(N):
+        for label, ov in SPECS[name].bench_variants(N):
             picked = [o.split("=", 1)[1] for o in ov if o.startswith("compressor=")]
             if not picked:
                 plain.append((label, name, ov))

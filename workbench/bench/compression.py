@@ -73,8 +73,8 @@ def profiled(cfgs: dict, nproc: int, path: Path):
 def predictions(prof, cfgs: dict, nproc: int) -> dict:
     """The planner's row (``plan.predict_rows``) of each run on loopback, by compressor."""
     from workbench.plan import LOOPBACK, Variant, predict_rows
-    from workbench.trainers import TRAINERS
-    vs = [Variant("compressed", [], cfg, name, *TRAINERS["compressed"].perf_model(cfg)) for name, cfg in cfgs.items()]
+    from workbench.trainers import SPECS
+    vs = [Variant("compressed", [], cfg, name, *SPECS["compressed"].perf_model(cfg)) for name, cfg in cfgs.items()]
     return {r["paradigm"]: r for r in predict_rows(prof, {nproc: vs}, [LOOPBACK], 5e-5)}
 
 
@@ -174,7 +174,7 @@ def main(argv=None) -> None:
         plan[model] = (out, configs(model, a.nproc, a.steps, names, a.overrides, out))
         for cfg in plan[model][1].values():
             validate(cfg)  # every run's config, before the first one starts
-    from workbench.runs import Run
+    from workbench.runs.handle import Run
     for model, (out, cfgs) in plan.items():
         index = out / "index.json"
         if a.from_runs:

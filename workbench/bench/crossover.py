@@ -7,7 +7,7 @@
     python -m workbench.bench crossover --models small_cnn --workers 2 --write   # a core per rank: a section of its own
     python -m workbench.bench crossover --errors experiments/crossover-rounds/small_cnn-N3-b16.json   # each run vs the model
     python -m workbench.bench crossover --models small_cnn --repeats 8 --resume --rounds experiments/crossover-rounds/xeon-host --host xeon-spr --write   # another machine: its own section
-    python -m workbench.bench crossover --models small_cnn --workers 2 --pin --rounds experiments/crossover-rounds/xeon-host-pinned-batch --host xeon-spr-pinned --write   # ranks pinned (cluster.pin)
+    python -m workbench.bench crossover --models small_cnn --workers 2 --pin --rounds experiments/crossover-rounds/xeon-host-pinned-batch --host xeon-spr-pinned --write   # ranks pinned (testbed.pin)
 
 The planner's target is that every measured crossover (the link rate below which a compressor
 beats ``sync``) lies within 20 % of its prediction. The planner suite reads measured crossovers between
@@ -55,7 +55,7 @@ def parser():
     p.add_argument("--rounds", default=None, help="where the pairs are stored (default <out>/crossover/rounds)")
     p.add_argument("--host", default="", help="a label for the machine the rounds are taken on, when it is not the "
                    "usual one (e.g. xeon-spr): its own section and report directory")
-    p.add_argument("--pin", action="store_true", help="each rank pinned to its own cores (cluster.pin=true), in "
+    p.add_argument("--pin", action="store_true", help="each rank pinned to its own cores (testbed.pin=true), in "
                    "the profile and the runs alike; with --resume, rounds stored the other way are refused")
     p.add_argument("--errors", nargs="+", metavar="FILE", help="runs nothing: every stored run in these rounds "
                    "files against today's model's prediction from its round's profile, one line each")
@@ -173,7 +173,7 @@ def run_errors(path: Path) -> list:
     either side's step). Rows: round, compressor, rate, paradigm, measured and predicted step (s)."""
     import tempfile
 
-    from workbench import runstore
+    from workbench.runs import store as runstore
     from workbench.perfmodel.profile import Profile
     from workbench.plan import LOOPBACK, _plan_rows, predict_rows
     unit = runstore.read_json(path) or {}
@@ -280,12 +280,12 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
     predicted crossover from it and, for those in ``rng``, the interleaved pairs at that round's
     bracket; the table's rows. A profile per round, because one profile does not hold for the
     hour its pairs take (docs/notes/2026-12-06-bench-history.md)."""
-    from workbench import runstore
+    from workbench.runs import store as runstore
     from workbench.perfmodel.profile import Profile
     from workbench.plan import LOOPBACK, _plan_rows
     # the profile's ranks are pinned as the runs' are, or not (workbench.dist.pin_rank)
     ov = [f"model={model}", *suite.data_overrides(model, batch), "cluster.timeout_s=600", f"output_root={out / 'runs'}",
-          f"cluster.pin={str(pin).lower()}"]
+          f"testbed.pin={str(pin).lower()}"]
     path = store / f"{model}-N{workers}-b{batch}.json"
     unit = (runstore.read_json(path) if resume else None) or {}
     unit.setdefault("rounds", {})

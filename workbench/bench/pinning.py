@@ -1,5 +1,5 @@
 """Suite ``pinning``: the same runs with each rank's threads pinned to its own cores
-(``cluster.pin=true``) and not pinned (the default), on loopback, in interleaved rounds: the measured
+(``testbed.pin=true``) and not pinned (the default), on loopback, in interleaved rounds: the measured
 step of each paradigm both ways, and the planner's error both ways (each round profiles anew,
 pinned as its runs are).
 
@@ -47,7 +47,7 @@ def main(argv=None) -> None:
         for j, pin in enumerate((True, False) if k % 2 == 0 else (False, True)):
             print(f"pinning {2 * k + j + 1}/{2 * a.repeats}: {'pinned' if pin else 'not pinned'}, round {k + 1} ...",
                   flush=True)
-            ov = base + [f"cluster.pin={str(pin).lower()}"]
+            ov = base + [f"testbed.pin={str(pin).lower()}"]
             rows, (vs, prof) = _plan_rows(ov, [LOOPBACK], [a.workers], None, 1.0, "50us", only, str(out), print,
                                           refresh=True)
             pinned_at[pin] = bool(prof.machine.get("pinned"))

@@ -5,7 +5,7 @@
     python -m workbench.bench planner --bandwidths loopback,emulated:50mbit,emulated:200mbit,emulated:1gbit --repeats 3 --write   # root
     python -m workbench.bench planner --tiny                         # CI smoke: small_cnn, 2 ranks, sync and ps
     python -m workbench.bench planner --models small_cnn,resnet18 --bandwidths loopback,emulated:200mbit,emulated:1gbit,emulated:4gbit --repeats 3 --resume --rounds experiments/planner-rounds --stop-after 100 --write   # root; hours here: run it again until done
-    python -m workbench.bench planner --models small_cnn --workers 2 --pin --bandwidths loopback,emulated:500mbit,emulated:1gbit,emulated:1.4gbit,emulated:2gbit --repeats 3 --resume --rounds experiments/planner-rounds/xeon-host-pinned --host xeon-spr-pinned --write   # root; ranks pinned (cluster.pin), another machine's section
+    python -m workbench.bench planner --models small_cnn --workers 2 --pin --bandwidths loopback,emulated:500mbit,emulated:1gbit,emulated:1.4gbit,emulated:2gbit --repeats 3 --resume --rounds experiments/planner-rounds/xeon-host-pinned --host xeon-spr-pinned --write   # root; ranks pinned (testbed.pin), another machine's section
 
 For each model: ``python -m workbench.plan <model> --verify`` at each of ``--bandwidths`` (the
 profile, then every paradigm for 12 + 8 steps, ``workbench/plan/``): ``loopback``, and
@@ -80,7 +80,7 @@ def parser():
                         "is missing (run the same command again)")
     p.add_argument("--host", default="", help="a label for the machine the rounds are taken on, when it is not the "
                    "usual one (e.g. xeon-spr): its own section and report directory")
-    p.add_argument("--pin", action="store_true", help="each rank pinned to its own cores (cluster.pin=true), in "
+    p.add_argument("--pin", action="store_true", help="each rank pinned to its own cores (testbed.pin=true), in "
                    "the profiles and the runs alike; with --resume, rounds stored the other way are refused")
     return p
 
@@ -141,7 +141,7 @@ def measure_model(a, model: str, bandwidths: list, store: Path, stored: dict, on
     round has one)."""
     # the profile's ranks are pinned as the runs' are, or not (workbench.dist.pin_rank)
     ov = [f"model={model}", *suite.data_overrides(model, a.batch), "cluster.timeout_s=600",
-          f"output_root={out / 'runs'}", *(["cluster.pin=true"] if a.pin else [])]
+          f"output_root={out / 'runs'}", *(["testbed.pin=true"] if a.pin else [])]
     # With rounds, each profiles anew before its runs, so that a row's error compares a prediction
     # and a measurement of the same minutes: this host's speed drifts within an hour
     # (docs/planner.md). Each (round, bandwidth) is stored with its profile once measured, so an

@@ -20,7 +20,7 @@ def save_unit(path: Path, prof, rows: list, drift: Optional[dict] = None) -> Non
     import datetime
     import os
 
-    from workbench import runstore
+    from workbench.runs import store as runstore
     measured = {r["paradigm"]: {k: v for k, v in r.items() if k.startswith("measured_") or k == "run_dir"}
                 for r in rows}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -32,7 +32,7 @@ def save_unit(path: Path, prof, rows: list, drift: Optional[dict] = None) -> Non
 def load_unit(path: Path):
     """A stored (round, bandwidth), its profile loaded; None if there is none, or if its profile is
     of a version older than today's model reads (then it is measured again)."""
-    from workbench import runstore
+    from workbench.runs import store as runstore
     from workbench.perfmodel.profile import PROFILE_READABLE, PROFILE_VERSION, Profile
     unit = runstore.read_json(path)
     if unit is None:

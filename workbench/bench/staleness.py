@@ -14,7 +14,7 @@ optimizer. Each run evaluates every 10 steps on rank 0; "time to target" is the 
 first step (evaluation included) to the first evaluation at or above ``--target``. "samples/s" counts
 every gradient any worker computed per second of rank 0's loop; "updates/s" is the servers'; the τ
 histogram counts applied gradients of staleness 0, 1, 2, … The straggler is worker rank 1, sleeping
-``--delay`` seconds after each of its steps (``cluster.straggler_ranks``/``straggler_delay_s``).
+``--delay`` seconds after each of its steps (``inject.straggler_ranks``/``straggler_delay_s``).
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def protocols(lam: int, tiny: bool = False) -> list:
 
 
 def run_one(label, overrides, nproc, straggler, a, out: Path) -> dict:
-    extra = ["cluster.straggler_ranks=[1]", f"cluster.straggler_delay_s={a.delay}"] if straggler else []
+    extra = ["inject.straggler_ranks=[1]", f"inject.straggler_delay_s={a.delay}"] if straggler else []
     cfg = workbench.compose(overrides + [f"cluster.nproc={nproc}", f"trainer.max_steps={a.max_steps}",
                                          "trainer.eval_every=10", "data.batch_size=16", "trainer.progress=false",
                                          "cluster.timeout_s=300", f"output_root={out / 'runs'}", *extra])

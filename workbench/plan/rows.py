@@ -93,6 +93,7 @@ def variants(overrides: Sequence[str], ranks: int) -> Tuple[List[Variant], List[
     shared overrides (and, for the trainer chosen with ``trainer=X``, the user's trainer keys).
     Returns the variants and the one-line reasons of those left out (invalid here)."""
     from workbench.config import validate
+    from workbench.spec import spec_of
     from workbench.trainers import TRAINERS, paradigm_of
     shared, keys, choice = _split_overrides(overrides)
     if choice is not None and choice not in TRAINERS:
@@ -107,8 +108,8 @@ def variants(overrides: Sequence[str], ranks: int) -> Tuple[List[Variant], List[
     for name in TRAINERS:
         if choice is not None and name != choice:
             continue
-        cls = TRAINERS[name]
-        for vo in _thin(cls.plan_variants(ranks)):
+        spec = spec_of(name)
+        for vo in _thin(spec.plan_variants(ranks)):
             ov = [*vo, *shared, *(keys if choice == name else [])]
             cfg = _at_ranks(_compose(tuple(ov)), ranks)
             label = paradigm_of(lambda k, c=cfg: OmegaConf.select(c, k, default=None))
@@ -120,7 +121,7 @@ def variants(overrides: Sequence[str], ranks: int) -> Tuple[List[Variant], List[
             except ConfigError as e:
                 skipped.append(f"{label}: {e}")
                 continue
-            fn, opts = cls.perf_model(cfg)
+            fn, opts = spec.perf_model(cfg)
             out.append(Variant(name, [*ov, f"cluster.nproc={ranks}"], cfg, label, fn, opts))
     return out, skipped
 
@@ -180,7 +181,7 @@ def load_profile(path, cfg) -> Profile:
 # Prediction
 
 def cluster_for(cfg: DictConfig, prof: Profile, ranks: int, bw: str, latency_s: float) -> Cluster:
-    c = cfg.cluster
+    c = cfg.inject  # stragglers on purpose
     stragglers = tuple((int(r), float(c.straggler_factor), float(c.straggler_delay_s)) for r in c.straggler_ranks)
     if bw == LOOPBACK:
         return Cluster(ranks, prof.beta, prof.alpha, prof.beta_allreduce, shared_host=True, stragglers=stragglers,
@@ -217,14 +218,14 @@ def profile_loops(cfg, compressors: Dict[str, object], planned: Sequence = ()) -
     """The loops the profile times on every rank (``perfmodel.profile.measure(loop_fns=…)``), from
     the layers that run them: the parameter server's, each compressor's DDP hook, the training
     loop's own bookkeeping for ``cfg``'s data, and those the trainers of the ``planned`` configs
-    declare (``Trainer.profile_loops``: BMUF's block)."""
+    declare (``ParadigmSpec.profile_loops``: BMUF's block)."""
     from functools import partial
 
     from workbench.compress.profile import hook_loops
     from workbench.ps.profile import LOOPS
-    from workbench.trainers.base import bookkeeping_loop_s
-    from workbench.trainers import TRAINERS
-    own = {k: v for c in planned for k, v in TRAINERS[c.trainer.name].profile_loops(c).items()}
+    from workbench.spec import spec_of
+    from workbench.trainers.bookkeeping import bookkeeping_loop_s
+    own = {k: v for c in planned for k, v in spec_of(c.trainer.name).profile_loops(c).items()}
     return {**LOOPS, **hook_loops(compressors), "bookkeeping": partial(bookkeeping_loop_s, cfg), **own}
 
 

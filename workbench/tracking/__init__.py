@@ -42,7 +42,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
-from workbench import runstore
+from workbench.runs import store as runstore
 
 # name -> (module under workbench.tracking, the package it needs, the extra that installs it)
 TRACKERS: Dict[str, Tuple[str, str, str]] = {

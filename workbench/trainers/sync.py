@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from workbench.core import ConfigError, TrainerConfig, store_schema
 from workbench.gns import GnsState, gns_hook
 from workbench.meter import AllreduceHookState, metered_allreduce_hook
+from workbench.spec import ParadigmSpec, declare
 from workbench.trainers import TRAINERS
 from workbench.trainers.base import Trainer, build_optimizer, wrap_ddp
 
@@ -36,25 +37,6 @@ store_schema("trainer", "sync", SyncConfig)
 class SyncTrainer(Trainer):
     name = "sync"
     gns = None  # the noise-scale estimator, where comm_hook() installs it
-
-    @classmethod
-    def plan_variants(cls, ranks):
-        return [["trainer=sync"]] if cls is SyncTrainer else []
-
-    @classmethod
-    def perf_model(cls, cfg):
-        from workbench.perfmodel import paradigms
-        return paradigms.sync, {}
-
-    @classmethod
-    def bench_variants(cls, workers):
-        return [("sync (ring all-reduce)", ["trainer=sync", f"cluster.nproc={workers}"])] if cls is SyncTrainer else []
-
-    @classmethod
-    def analytic_bytes(cls, cfg, summary, shapes):
-        """Ring all-reduce of the parameters' float32 bytes M: 2(N-1)/N * M each way."""
-        n = cls.num_workers(cfg)
-        return 2 * (n - 1) / n * 4 * sum(math.prod(s) for s in shapes)
 
     @classmethod
     def validate(cls, cfg) -> None:
@@ -93,3 +75,19 @@ class SyncTrainer(Trainer):
             self.gns.end_step()
         self.optimizer.step()
         return loss.detach()
+
+
+def _ring_bytes(cfg, summary, shapes) -> float:
+    """Ring all-reduce of the parameters' float32 bytes M: 2(N-1)/N * M each way."""
+    n = SyncTrainer.num_workers(cfg)
+    return 2 * (n - 1) / n * 4 * sum(math.prod(s) for s in shapes)
+
+
+def _sync_model(cfg):
+    from workbench.perfmodel import paradigms
+    return paradigms.sync, {}
+
+
+declare(ParadigmSpec(
+    "sync", plan_variants=lambda ranks: [["trainer=sync"]], perf_model=_sync_model, analytic_bytes=_ring_bytes,
+    bench_variants=lambda workers: [("sync (ring all-reduce)", ["trainer=sync", f"cluster.nproc={workers}"])]))
