@@ -54,7 +54,7 @@ from workbench.bench import suite
 from workbench.bench.bandwidth_index import kept_runs, recorded, runs_span, save_index
 from workbench.bench.bytes import runs_for
 from workbench.config import validate
-from workbench.runs import Run
+from workbench.runs.handle import Run
 
 # ResNet-18's 2gbit: where its compressors' crossovers lie (between 1 and 4 Gbit/s they meet sync slowly)
 RATES = {"resnet18": "50mbit,200mbit,1gbit,2gbit,4gbit", "vgg16": "500mbit,2gbit,8gbit", "small_cnn": "5mbit,100mbit"}

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from workbench.runs import store as runstore
-from workbench.runs import Run
+from workbench.runs.handle import Run
 
 
 def recorded(profile_at, model) -> bool:

@@ -42,9 +42,9 @@ class SyncTrainer(Trainer):
     def validate(cls, cfg) -> None:
         if cfg.trainer.bucket_cap_mb <= 0:
             raise ConfigError(f"invalid value {cfg.trainer.bucket_cap_mb!r} for trainer.bucket_cap_mb: must be > 0")
-        if not 0 <= cfg.trainer.noise_scale_decay < 1:
-            raise ConfigError(f"invalid value {cfg.trainer.noise_scale_decay!r} for trainer.noise_scale_decay: "
-                              "must be in [0, 1)")
+        decay = cfg.trainer.get("noise_scale_decay", 0.0)  # a subclass's config may carry no estimator
+        if not 0 <= decay < 1:
+            raise ConfigError(f"invalid value {decay!r} for trainer.noise_scale_decay: must be in [0, 1)")
 
     def setup(self) -> None:
         self.model = self.build_model()
