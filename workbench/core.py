@@ -98,7 +98,9 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     name: str = MISSING  # registry key: digits, mnist, cifar10, synthetic
-    root: Optional[str] = None  # directory holding the files (mnist, cifar10); never downloaded
+    root: Optional[str] = None  # directory holding the files (mnist, cifar10)
+    download: bool = False  # mnist, cifar10: fetch missing files into root once, before launch (md5-checked)
+    mirror: Optional[str] = None  # download from this folder (URL or path; files + MD5SUMS), not torchvision's sources
     batch_size: int = 16  # per worker; ignored when global_batch_size is set
     global_batch_size: Optional[int] = None  # divided among the workers (Rudra's mu*lambda = const)
     resize: Optional[int] = None  # resize images to resize x resize (e.g. digits to 32 for VGG-16)
