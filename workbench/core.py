@@ -169,7 +169,7 @@ class CheckpointConfig:
 @dataclass
 class TrackingConfig:
     name: str = "none"  # none | mlflow | wandb: where rank 0 also logs params, metrics, summary (workbench/tracking/)
-    uri: Optional[str] = None  # mlflow: tracking URI (default: file store <output_root>/mlruns); wandb: its directory
+    uri: Optional[str] = None  # mlflow: tracking URI (default: sqlite:///<output_root>/mlflow.db); wandb: its directory
     experiment: str = "workbench"  # mlflow experiment / wandb project
     mode: str = "offline"  # wandb: offline | online
     artifacts: bool = True  # log the run directory (without checkpoints/) as an artifact at the end
