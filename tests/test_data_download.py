@@ -154,5 +154,15 @@ def test_a_corrupt_archive_is_refused_in_one_line_and_nothing_is_written(mirror,
     assert len(errors) == 1 and errors[0] == p.stderr.strip().splitlines()[-1], p.stderr[-2000:]
     assert "data.download" in errors[0] and "cifar-10-python.tar.gz" in errors[0] and "md5" in errors[0]
     assert "Traceback" not in p.stderr
-    assert not root.exists() or not any(root.iterdir())  # nothing half-written in data.root
+    assert not root.exists()  # nothing half-written: data.root did not exist before, and does not now
     assert not out.exists() or not any(out.rglob("config.yaml"))  # no run directory left
+
+
+def test_a_local_folder_works_as_a_mirror(mirror, tmp_path):
+    """``data.mirror=/shared/datasets``: a plain path (copied, md5-checked against its MD5SUMS)."""
+    root = tmp_path / "data"
+    cfg = workbench.compose(["data=mnist", f"data.root={root}", "data.download=true", f"data.mirror={mirror.folder}"])
+    validate(cfg)
+    assert data_mod.fetch(cfg) is True and mirror.requests == []
+    train, test, _ = data_mod.load(cfg)
+    assert (len(train), len(test)) == (N_TRAIN, N_TEST)

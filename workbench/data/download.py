@@ -29,6 +29,7 @@ import sys
 import tarfile
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -132,14 +133,25 @@ def _check_tar(path: Path) -> None:
                 raise ValueError(f"unsafe archive member {m.name!r}")
 
 
+def _get(url: str, f: str, md5: str, tmp: Path) -> None:
+    """``url`` to ``tmp/f``, md5-checked: torchvision's download_url, or for a ``file://`` mirror (a
+    shared folder, which its downloader does not read) a copy checked by its check_integrity."""
+    from torchvision.datasets.utils import check_integrity, download_url
+    if not url.startswith("file:"):
+        return download_url(url, str(tmp), filename=f, md5=md5)
+    shutil.copyfile(urllib.request.url2pathname(urllib.parse.urlparse(url).path), tmp / f)
+    if not check_integrity(str(tmp / f), md5):
+        raise RuntimeError("File not found or corrupted.")
+
+
 def _fetch_one(f: str, md5: str, urls: List[str], tmp: Path) -> None:
-    """One file into ``tmp`` through torchvision's download_url (md5-checked), then unpacked there."""
-    from torchvision.datasets.utils import calculate_md5, download_url, extract_archive
+    """One file into ``tmp`` (md5-checked), then unpacked there."""
+    from torchvision.datasets.utils import calculate_md5, extract_archive
     errors = []
     for url in urls:
         try:
-            download_url(url, str(tmp), filename=f, md5=md5)
-        except (RuntimeError, urllib.error.URLError, OSError, ValueError) as e:
+            _get(url, f, md5, tmp)
+        except Exception as e:  # noqa: BLE001 - any failure of a source is that source's: try the next
             got = tmp / f
             why = f"md5 {calculate_md5(got)}, expected {md5}" if got.is_file() else _why(e)
             errors.append(f"{url}: {why}")
@@ -162,11 +174,13 @@ def fetch(name: str, root: str, mirror: Optional[str] = None) -> bool:
     if not layout.missing(root):
         return False
     root_p = Path(root).expanduser()
+    created = not root_p.exists()
     try:
         root_p.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".workbench-download-", dir=root_p))
     except OSError as e:
         raise ConfigError(f"invalid value {root!r} for data.root: cannot write there ({_why(e)})") from None
+    done = False
     try:
         print(f"workbench: data.download: fetching {name} from {mirror_base(mirror) if mirror else 'its upstream source'} "
               f"into {root_p}", file=sys.stderr, flush=True)
@@ -181,6 +195,12 @@ def fetch(name: str, root: str, mirror: Optional[str] = None) -> bool:
         target.mkdir(parents=True, exist_ok=True)
         for f in layout.missing(root):
             os.replace(unpacked / f, target / f)
+        done = True
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if created and not done:
+            try:
+                root_p.rmdir()  # the folder this call made, empty again: data.root is as it was
+            except OSError:
+                pass
     return True

@@ -55,8 +55,12 @@ class MlflowTracker(Tracker):
             # MLflow 3 keeps the file store in "maintenance mode" behind this switch; it is still the
             # store that needs no server and no database, which is what a workbench run wants.
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-        elif uri.startswith("sqlite:///"):
-            Path(uri[len("sqlite:///"):]).absolute().parent.mkdir(parents=True, exist_ok=True)
+        elif uri.startswith("sqlite:"):
+            import importlib.util
+            if importlib.util.find_spec("alembic") is None or importlib.util.find_spec("sqlalchemy") is None:
+                raise RuntimeError(f"{uri} needs the full mlflow package, not mlflow-skinny (pip install 'workbench[mlflow]')")
+            if uri.startswith("sqlite:///"):
+                Path(uri[len("sqlite:///"):]).absolute().parent.mkdir(parents=True, exist_ok=True)
         from mlflow.tracking import MlflowClient
         self.uri = uri
         self.client = MlflowClient(tracking_uri=uri)
