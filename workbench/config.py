@@ -25,6 +25,29 @@ from workbench.core import (CheckpointConfig, ClusterConfig, CompressorConfig, C
                             DataConfig, InputSpec, ModelConfig, NetworkConfig, OptimConfig, TrackingConfig,
                             TrainerConfig, check, conf_dir, store_schema, world_size)
 
+
+def user_config_groups() -> str:
+    """The config groups a user picks from, ``group: option, option`` a line: Hydra's
+    ``$APP_CONFIG_GROUPS`` without the schemas under ``schema/`` (for conf/hydra/help/workbench.yaml,
+    as the resolver ``${workbench.config_groups:}``; read from the running Hydra's config loader)."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.object_type import ObjectType
+
+    from workbench.core import SCHEMA_GROUP
+    loader = GlobalHydra.instance().config_loader()
+
+    def walk(parent: str):
+        for g in loader.list_groups(parent):
+            name = f"{parent}/{g}" if parent else g
+            if name not in ("hydra", SCHEMA_GROUP):
+                if loader.get_group_options(name, ObjectType.CONFIG):
+                    yield name
+                yield from walk(name)
+    return "\n".join(f"{g}: {', '.join(sorted(loader.get_group_options(g)))}" for g in sorted(walk("")))
+
+
+OmegaConf.register_new_resolver("workbench.config_groups", user_config_groups, replace=True)
+
 # ---------------------------------------------------------------------------------------------
 # Range validation: every check names the key and the valid values.
 

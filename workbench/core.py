@@ -98,7 +98,9 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     name: str = MISSING  # registry key: digits, mnist, cifar10, synthetic
-    root: Optional[str] = None  # directory holding the files (mnist, cifar10); never downloaded
+    root: Optional[str] = None  # directory holding the files (mnist, cifar10)
+    download: bool = False  # mnist, cifar10: fetch missing files into root once, before launch (md5-checked)
+    mirror: Optional[str] = None  # download from this folder (URL or path; files + MD5SUMS), not torchvision's sources
     batch_size: int = 16  # per worker; ignored when global_batch_size is set
     global_batch_size: Optional[int] = None  # divided among the workers (Rudra's mu*lambda = const)
     resize: Optional[int] = None  # resize images to resize x resize (e.g. digits to 32 for VGG-16)
@@ -183,7 +185,7 @@ class CheckpointConfig:
 @dataclass
 class TrackingConfig:
     name: str = "none"  # none | mlflow | wandb: where rank 0 also logs params, metrics, summary (workbench/tracking/)
-    uri: Optional[str] = None  # mlflow: tracking URI (default: file store <output_root>/mlruns); wandb: its directory
+    uri: Optional[str] = None  # mlflow: tracking URI (default: sqlite:///<output_root>/mlflow.db); wandb: its directory
     experiment: str = "workbench"  # mlflow experiment / wandb project
     mode: str = "offline"  # wandb: offline | online
     artifacts: bool = True  # log the run directory (without checkpoints/) as an artifact at the end

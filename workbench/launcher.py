@@ -27,6 +27,7 @@ from workbench import tracking
 from workbench.runs import store as runstore
 from workbench.config import validate
 from workbench.core import world_size
+from workbench.data import fetch as fetch_data
 from workbench.starters.local import describe_failure, free_port, port_free  # noqa: F401  (their old import path)
 from workbench.trainers import paradigm_of_config
 
@@ -104,6 +105,7 @@ def launch(cfg: DictConfig, run_dir: Optional[os.PathLike] = None, progress: Opt
         print(f"workbench: warning: {w}", file=sys.stderr)
     starter = STARTERS[cfg.network.starter or cfg.cluster.starter]()
     starter.check(cfg)
+    fetch_data(cfg)  # data.download=true: missing files fetched once, here, never in a rank
     run_dir = Path(run_dir) if run_dir is not None else runstore.new_run_dir(cfg)
     runstore.prepare(run_dir, cfg)
     show = cfg.trainer.progress if progress is None else progress
