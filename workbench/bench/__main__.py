@@ -9,6 +9,7 @@
     python -m workbench.bench planner --write           # workbench.plan --verify: predicted vs measured, every paradigm
     python -m workbench.bench crossover --write         # each predicted compression crossover tested at ±20 % (root)
     python -m workbench.bench pinning --write           # the same runs with ranks pinned to their cores and not
+    python -m workbench.bench accuracy --only a --write # the papers' accuracy findings on data=digits_hard (5 tables)
     python -m workbench.bench <suite> --help            # a suite's own options; --tiny: the CI smoke version
     python -m workbench.bench all --write               # every section of BENCHMARKS.md, one suite run after another
     python -m workbench.bench all --list                # the commands `all` runs (a few hours on 2 cores)
@@ -34,6 +35,7 @@ SUITES = {
     "crossover": "workbench.bench.crossover",
     "pinning": "workbench.bench.pinning",
     "sim": "workbench.bench.sim",
+    "accuracy": "workbench.bench.accuracy",
     "calibrate": "workbench.network.calibrate",
 }
 
