@@ -35,7 +35,7 @@ import workbench
 from workbench.analysis import accuracy as acc
 from workbench.bench import report
 
-TABLES = "abcde"
+TABLES = ["a", "b", "c", "d", "e"]
 TITLES = {"a": "large-batch limit", "b": "Shallue's regimes", "c": "sync vs async",
           "d": "Rudra's μλ", "e": "compression's price in steps"}
 RULES = {"linear": ["optim.scale_lr=linear"], "linear+warm-up": ["optim.scale_lr=linear"], "sqrt": ["optim.scale_lr=sqrt"]}
@@ -51,8 +51,6 @@ def plan(t: str, a) -> list:
     out = []
     if t in "ab":
         for rule in (["linear+warm-up"] if t == "b" else a.rules.split(",")):
-            if rule not in RULES:
-                raise workbench.ConfigError(f"invalid value {rule!r} for --rules: choose from {', '.join(RULES)}")
             for b in _ints(a.batches):
                 steps = (math.ceil(a.epochs * n / b) if t == "a" else min(a.max_steps, math.ceil(a.max_epochs * n / b)))
                 warm = math.ceil(a.warmup_epochs * n / b) if rule.endswith("warm-up") else 0
@@ -171,7 +169,7 @@ def figures(tables: dict) -> dict:
 
 def parse(argv=None):
     p = report.parser("accuracy", __doc__, "1 000 images, 1 seed, a few steps, 2 configurations a table")
-    p.add_argument("--only", default=TABLES, help="tables to run, e.g. a,c (default: all five)")
+    p.add_argument("--only", default=",".join(TABLES), help="tables to run, e.g. a,c (default: all five)")
     p.add_argument("--from-runs", action="store_true", help="rebuild the tables from <out>/accuracy/<t>/index.json")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--target", type=float, default=0.90, help="target test accuracy")
@@ -199,17 +197,20 @@ def parse(argv=None):
         a.seeds, a.train_size, a.test_size, a.target, a.limit = 1, 1000, 200, 0.2, 2
         a.batches, a.rules, a.epochs, a.max_steps, a.max_epochs, a.evals = "64,128", "linear+warm-up", 1, 12, 1, 4
         a.processes, a.lams, a.global_batch, a.eval_every, a.nproc_e = "2", "1,2", 32, 4, 2
-    bad = [t for t in a.only.replace(",", "") if t not in TABLES]
-    if bad:
+    if any(t not in TABLES for t in a.only.split(",")):
         raise workbench.ConfigError(f"invalid value {a.only!r} for --only: choose from {', '.join(TABLES)}")
+    if any(r not in RULES for r in a.rules.split(",")):
+        raise workbench.ConfigError(f"invalid value {a.rules!r} for --rules: choose from {', '.join(RULES)}")
     return a
 
 
-def main(argv=None) -> dict:
+def main(argv=None) -> tuple:
+    """Run (or with ``--from-runs`` read) the selected tables, write their reports; return
+    ``(tables, verdicts)``."""
     a = parse(argv)
     root = Path(a.out) / "accuracy"
     tables = {}
-    for t in [t for t in TABLES if t in a.only]:
+    for t in [t for t in TABLES if t in a.only.split(",")]:
         if not a.from_runs:
             launch(t, a, root / t)
         tables.update(load([root / t], a.target)[0])
@@ -223,4 +224,4 @@ def main(argv=None) -> dict:
                             [figs[t]] if t in figs else [], notes=notes.get(t, ""), out_root=a.out,
                             benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
         print(f"\n{tab.markdown()}\n\n{notes.get(t, '')}\n\nreport: {path / 'report.html'}")
-    return tables
+    return tables, notes
