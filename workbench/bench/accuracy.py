@@ -208,7 +208,7 @@ def main(argv=None) -> tuple:
     """Run (or with ``--from-runs`` read) the selected tables, write their reports; return
     ``(tables, verdicts)``."""
     a = parse(argv)
-    root = Path(a.out) / "accuracy"
+    root = Path(a.out).resolve() / "accuracy"
     tables = {}
     for t in [t for t in TABLES if t in a.only.split(",")]:
         if not a.from_runs:
