@@ -115,6 +115,8 @@ def verdict_b(rows: list, perfect: float = 0.8, flat: float = 0.9) -> str:
                        "maximal" if prev is not None and s >= flat * prev else "diminishing")
         prev = s
     seq = [order[r["regime"]] for r in sub if r["regime"] in order]
+    if not seq:
+        return "- no batch reached the target: not tested"
     ends = next((r["batch"] for r in sub if r["regime"] != "perfect"), None)
     held = bool(seq) and seq == sorted(seq) and seq[0] == 0
     return (f"- regimes in order of batch: {', '.join(r['regime'] for r in sub)}; perfect scaling "
@@ -130,6 +132,9 @@ def verdict_c(rows: list) -> str:
         sub = [r for r in rows if r["processes"] == p]
         sync = next((r for r in sub if r["paradigm"] == "sync"), None)
         others = [r for r in sub if r is not sync]
+        if all(r["time_to_target_s"] is None for r in sub):
+            lines.append(f"- {p} processes: no paradigm reached the target — not tested")
+            continue
         if sync is None or sync["time_to_target_s"] is None:
             lines.append(f"- {p} processes: sync did not reach the target — **does not hold**")
             continue

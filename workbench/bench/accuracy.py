@@ -91,7 +91,7 @@ def plan(t: str, a) -> list:
 def launch(t: str, a, out: Path) -> list:
     """Run table ``t``'s configurations for every seed, interleaved; return (and keep in
     ``index.json``) its entries."""
-    base = ["data=digits_hard", f"data.train_size={a.train_size}", f"data.test_size={a.test_size}",
+    base = ["data=digits_hard", f"data.augment={a.augment}", f"data.train_size={a.train_size}", f"data.test_size={a.test_size}",
             "model=small_cnn", "trainer.progress=false", f"cluster.timeout_s={a.timeout}", f"output_root={out / 'runs'}"]
     todo = plan(t, a)
     cfgs = [[workbench.compose(base + ov + [f"seed={s}"]) for _, ov in todo] for s in range(a.seeds)]  # all checked first
@@ -176,6 +176,7 @@ def parse(argv=None):
     p.add_argument("--tolerance", type=float, default=0.01, help="accuracy a claim may lose and still hold")
     p.add_argument("--train-size", type=int, default=100000)
     p.add_argument("--test-size", type=int, default=5000)
+    p.add_argument("--augment", default="medium", help="data.augment: light | medium | strong")
     p.add_argument("--nproc", type=int, default=2, help="(a), (b): ranks")
     p.add_argument("--batches", default="64,128,256,512,1024,2048,4096,8192", help="(a), (b): global batches")
     p.add_argument("--rules", default="linear,linear+warm-up,sqrt", help="(a): " + ", ".join(RULES))
@@ -191,10 +192,12 @@ def parse(argv=None):
     p.add_argument("--eval-every", type=int, default=50, help="(d): steps between evaluations")
     p.add_argument("--nproc-e", type=int, default=4, help="(e): ranks")
     p.add_argument("--timeout", type=int, default=7200, help="cluster.timeout_s of every run")
+    p.add_argument("--configs", type=int, default=0, help="run only each table's first N configurations (0: all; "
+                   "--tiny: 2)")
     a = p.parse_args(argv)
-    a.limit = None
+    a.limit = a.configs or None
     if a.tiny:
-        a.seeds, a.train_size, a.test_size, a.target, a.limit = 1, 1000, 200, 0.2, 2
+        a.seeds, a.train_size, a.test_size, a.target, a.limit, a.augment = 1, 1000, 200, 0.3, a.configs or 2, "light"
         a.batches, a.rules, a.epochs, a.max_steps, a.max_epochs, a.evals = "64,128", "linear+warm-up", 1, 12, 1, 4
         a.processes, a.lams, a.global_batch, a.eval_every, a.nproc_e = "2", "1,2", 32, 4, 2
     if any(t not in TABLES for t in a.only.split(",")):
