@@ -14,7 +14,8 @@ the next seed); a row shows the median over seeds and each measure's min–max. 
 target come from each run's ``metrics.jsonl``: its first evaluation at or above ``--target`` ("n.r.":
 not reached by the run's last step, the ``cap`` column). Runs go to
 ``<out>/accuracy/<table>/runs/``, the list of a table's runs to ``<out>/accuracy/<table>/index.json``
-(what ``--from-runs`` and :func:`load` read), the report to ``<out>/accuracy/<table>/``.
+(what ``--from-runs`` and :func:`load` read), the report to ``<out>/accuracy/<table>/``; ``--tiny``
+writes to ``<out>/accuracy-tiny/`` instead.
 
 (a) ``trainer=sync`` on ``--nproc`` ranks, global batch ``--batches``, ``--epochs`` passes, the learning
 rate scaled from 64 by ``optim.scale_lr=linear``, linear with ``--warmup-epochs`` of warm-up, and
@@ -211,7 +212,8 @@ def main(argv=None) -> tuple:
     """Run (or with ``--from-runs`` read) the selected tables, write their reports; return
     ``(tables, verdicts)``."""
     a = parse(argv)
-    root = Path(a.out).resolve() / "accuracy"
+    suite = "accuracy-tiny" if a.tiny else "accuracy"  # a smoke run never replaces a campaign's tables
+    root = Path(a.out).resolve() / suite
     tables = {}
     for t in [t for t in TABLES if t in a.only.split(",")]:
         if not a.from_runs:
@@ -223,7 +225,7 @@ def main(argv=None) -> tuple:
     for t, rows in tables.items():
         tab = report.Table(f"table_{t}", f"({t}) {TITLES[t]}: target {a.target:.0%}, medians over seeds (spread: "
                            "min–max; n.r.: not reached by the cap)", rows)
-        path = report.write(f"accuracy/{t}", f"accuracy ({t}): {TITLES[t]}", cmd.strip(), [tab],
+        path = report.write(f"{suite}/{t}", f"{suite} ({t}): {TITLES[t]}", cmd.strip(), [tab],
                             [figs[t]] if t in figs else [], notes=notes.get(t, ""), out_root=a.out,
                             benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
         print(f"\n{tab.markdown()}\n\n{notes.get(t, '')}\n\nreport: {path / 'report.html'}")
