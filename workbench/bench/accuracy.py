@@ -94,6 +94,7 @@ def launch(t: str, a, out: Path) -> list:
     ``index.json``) its entries."""
     base = ["data=digits_hard", f"data.augment={a.augment}", f"data.train_size={a.train_size}", f"data.test_size={a.test_size}",
             "model=small_cnn", "trainer.progress=false", f"cluster.timeout_s={a.timeout}", f"output_root={out / 'runs'}"]
+    base.append(f"data.root={workbench.project_path(workbench.compose(base).data.root)}")  # one cache, wherever run from
     todo = plan(t, a)
     cfgs = [[workbench.compose(base + ov + [f"seed={s}"]) for _, ov in todo] for s in range(a.seeds)]  # all checked first
     entries = []
