@@ -481,3 +481,35 @@ def test_pinning_suite_runs_each_paradigm_pinned_and_not(tmp_path):
     # the pinned column really ran pinned where the host has a core per rank (its profile says so)
     fits = len(os.sched_getaffinity(0)) >= 2
     assert f"Ranks pinned in the pinned column: {fits}" in (d / "report.md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_accuracy_suite_builds_five_tables_with_a_verdict_each(tmp_path):
+    out = _suite(tmp_path, "accuracy")
+    from workbench.bench import accuracy
+    for t in "abcde":
+        rows = list(csv.DictReader(open(tmp_path / "accuracy-tiny" / t / f"table_{t}.csv")))
+        assert len(rows) == 2, (t, rows)
+        assert all(r["status"] == "completed" for r in rows), rows
+        stored = json.loads((tmp_path / "accuracy-tiny" / t / "index.json").read_text())
+        assert len(stored["entries"]) == 2 and all((tmp_path / "accuracy-tiny" / t / e["run"]).is_dir() for e in stored["entries"])
+        assert "Claim:" in (tmp_path / "accuracy-tiny" / t / "report.md").read_text()
+    a = list(csv.DictReader(open(tmp_path / "accuracy-tiny" / "a" / "table_a.csv")))
+    assert all(float(r["gns"]) > 0 for r in a)  # sync on 2 ranks logs the gradient noise scale
+    e = list(csv.DictReader(open(tmp_path / "accuracy-tiny" / "e" / "table_e.csv")))
+    assert e[0]["compressor"] == "uncompressed sync"
+    for claim in ("Goyal", "Shallue", "Alchemist RQ4", "Rudra", "Agarwal"):
+        assert claim in out
+    # the same tables again from the stored runs, without running anything
+    tables, notes = accuracy.load(tmp_path / "accuracy-tiny" / "*")
+    assert sorted(tables) == list("abcde") and sorted(notes) == list("abcde")
+    assert [r["batch"] for r in tables["b"]] == [64, 128]
+
+
+def test_accuracy_suite_refuses_unknown_tables_and_rules_in_one_line(tmp_path):
+    for args, says in ((["--only", "a,z"], "--only"), (["--rules", "cubic"], "--rules")):
+        p = subprocess.run([sys.executable, "-m", "workbench.bench", "accuracy", *args, f"--out={tmp_path}"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 2 and says in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+        assert not list(tmp_path.iterdir())

@@ -126,6 +126,17 @@ def test_lr_scaling_and_warmup():
     assert lr_at(cfg.optim, 50, 100, 256) == pytest.approx(0.4)
     cfg = workbench.compose(["optim.lr=0.1", "optim.schedule=cosine"])
     assert lr_at(cfg.optim, 100, 100, 64) == pytest.approx(0.0, abs=1e-12)
+    cfg = workbench.compose(["optim.lr=0.1", "optim.scale_lr=sqrt", "optim.base_batch_size=64"])
+    assert lr_at(cfg.optim, 10, 100, 256) == pytest.approx(0.2)  # sqrt(256 / 64) = 2
+
+
+def test_unknown_lr_scaling_rule_is_one_line_before_launch():
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "workbench", "optim.scale_lr=cubic"], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2
+    assert "optim.scale_lr" in p.stderr and "none, linear, sqrt" in p.stderr
 
 
 def test_schemas_are_no_options_of_their_groups():

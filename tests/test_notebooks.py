@@ -22,7 +22,7 @@ from conftest import ROOT
 
 NB_DIR = ROOT / "notebooks"
 EXPECTED = ["00_quickstart", "10_parameter_server", "20_bounded_staleness", "30_stanza",
-            "40_gradient_compression", "50_tradeoff_dashboard", "60_at_scale"]
+            "40_gradient_compression", "50_tradeoff_dashboard", "60_at_scale", "70_accuracy_at_scale"]
 NOTEBOOKS = sorted(NB_DIR.glob("*.ipynb"))
 
 

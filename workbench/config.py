@@ -128,7 +128,7 @@ def _check_optim(o: DictConfig) -> None:
     _check(0 <= o.momentum < 1, "optim.momentum", o.momentum, "must be in [0, 1)")
     _check(o.weight_decay >= 0, "optim.weight_decay", o.weight_decay, "must be >= 0")
     _check(o.base_batch_size >= 1, "optim.base_batch_size", o.base_batch_size, "must be >= 1")
-    _check(o.scale_lr in ("none", "linear"), "optim.scale_lr", o.scale_lr, "choose from none, linear")
+    _check(o.scale_lr in ("none", "linear", "sqrt"), "optim.scale_lr", o.scale_lr, "choose from none, linear, sqrt")
     _check(o.warmup_steps >= 0, "optim.warmup_steps", o.warmup_steps, "must be >= 0")
     _check(o.schedule in ("constant", "cosine", "step"), "optim.schedule", o.schedule, "choose from constant, cosine, step")
     _check(o.step_every >= 1, "optim.step_every", o.step_every, "must be >= 1")

@@ -120,7 +120,7 @@ class OptimConfig:
     weight_decay: float = 0.0
     nesterov: bool = False
     base_batch_size: int = 64  # global batch the lr is tuned for (reference of linear scaling)
-    scale_lr: str = "none"  # none | linear: lr * global_batch / base_batch (Goyal et al.)
+    scale_lr: str = "none"  # none | linear: lr * global_batch / base_batch (Goyal et al.) | sqrt: lr * its square root
     warmup_steps: int = 0  # linear warm-up from lr/warmup_steps to lr
     schedule: str = "constant"  # constant | cosine | step
     step_every: int = 1000  # schedule=step: multiply by step_gamma every N steps

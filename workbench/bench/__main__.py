@@ -18,6 +18,7 @@ Usage: ``python -m workbench.bench <suite> [options]`` or ``python -m workbench.
     python -m workbench.bench pinning --write           # the same runs with ranks pinned to their cores and not
     python -m workbench.bench sim --write               # the simulator against real runs at small λ, then the papers' scale
     python -m workbench.bench calibrate --write         # the emulated link's achieved bandwidth (root)
+    python -m workbench.bench accuracy --only a --write # the papers' accuracy findings on data=digits_hard (5 tables)
     python -m workbench.bench <suite> --help            # a suite's own options; --tiny: the CI smoke version
     python -m workbench.bench all --write               # every headline of BENCHMARKS.md, one suite run after another
     python -m workbench.bench all --list                # the commands `all` runs (a few hours on 2 cores)
@@ -44,6 +45,7 @@ SUITES = {
     "crossover": "workbench.bench.crossover",
     "pinning": "workbench.bench.pinning",
     "sim": "workbench.bench.sim",
+    "accuracy": "workbench.bench.accuracy",
     "calibrate": "workbench.network.calibrate",
 }
 

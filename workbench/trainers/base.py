@@ -43,9 +43,11 @@ def seed_everything(seed: int) -> None:
 
 
 def lr_at(optim: DictConfig, step: int, total_steps: int, global_batch: int) -> float:
-    """Learning rate for optimizer step ``step`` (0-based): linear scaling with the global batch,
-    linear warm-up, then the schedule."""
-    base = optim.lr * (global_batch / optim.base_batch_size if optim.scale_lr == "linear" else 1.0)
+    """Learning rate for optimizer step ``step`` (0-based): scaling with the global batch (linear:
+    Goyal et al.; sqrt: the square-root rule, Krizhevsky 2014 / Hoffer et al. 2017), linear warm-up,
+    then the schedule."""
+    ratio = global_batch / optim.base_batch_size
+    base = optim.lr * {"linear": ratio, "sqrt": math.sqrt(ratio)}.get(optim.scale_lr, 1.0)
     if step < optim.warmup_steps:
         return base * (step + 1) / optim.warmup_steps
     if optim.schedule == "cosine":

@@ -1,0 +1,188 @@
+"""The accuracy suite's tables from its runs: each run's steps and time to a target accuracy (its
+first evaluation at or above it), final accuracy and median gradient noise scale, aggregated over
+seeds (median, min–max), and for each table the paper's claim it tests with a verdict computed from
+the rows. :mod:`workbench.bench.accuracy` launches the runs; this module only reads them.
+
+An *entry* is one run of the suite: ``{"table": "a", "config": {...}, "seed": 0, "run": <dir>}``;
+``config`` holds the columns that name the configuration (rule and batch, paradigm, λ, ...).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+from workbench.runs import Run
+
+CLAIMS = {
+    "a": "Goyal et al. 2017 / Alchemist RQ5: with linear scaling and warm-up, final accuracy at a fixed "
+         "epoch budget holds as the global batch grows, until it falls (Alchemist: from about 10³); "
+         "McCandlish et al.: the batch where it falls is near the gradient noise scale B_noise",
+    "b": "Shallue et al. 2019: steps to target fall in proportion to the batch (perfect scaling), then "
+         "with diminishing returns, then not at all (maximal data parallelism), in that order",
+    "c": "Alchemist RQ4: synchronous SGD reaches the target faster (time) and in fewer steps than the "
+         "asynchronous and model-averaging variants",
+    "d": "Rudra (Gupta et al. 2016): at constant μλ accuracy stays put as λ grows; when μλ grows with λ "
+         "accuracy falls",
+    "e": "Agarwal et al. 2022: compression costs steps to the same accuracy (every compressor needs at "
+         "least as many steps as uncompressed sync)",
+}
+
+
+def measures(run_dir, target: float) -> dict:
+    """One run: steps and time to ``target`` (None if never reached), final and best test accuracy,
+    the median of its logged gradient noise scales (None without any), its last step and status."""
+    run = Run(run_dir)
+    evals = [r for r in run.records() if r.get("kind") == "eval" and r.get("test_accuracy") is not None]
+    hit = next((r for r in evals if r["test_accuracy"] >= target), None)
+    gns = [r["gradient_noise_scale"] for r in evals
+           if isinstance(r.get("gradient_noise_scale"), (int, float)) and math.isfinite(r["gradient_noise_scale"])]
+    s = run.summary or {}
+    return {"steps_to_target": hit["step"] if hit else None, "time_to_target_s": hit["time"] if hit else None,
+            "final_acc": s.get("final_test_accuracy", evals[-1]["test_accuracy"] if evals else None),
+            "best_acc": max((r["test_accuracy"] for r in evals), default=None),
+            "gns": statistics.median(gns) if gns else None, "last_step": evals[-1]["step"] if evals else None,
+            "status": s.get("status", "failed")}
+
+
+def _med(vals, missing_is_inf: bool = False):
+    """Median and 'min–max' of the seeds' values; with ``missing_is_inf`` a seed that did not reach
+    the target counts as infinitely slow (a median that lands there is None, 'not reached')."""
+    xs = [math.inf if v is None else v for v in vals] if missing_is_inf else [v for v in vals if v is not None]
+    if not xs:
+        return None, ""
+    m = statistics.median(xs)
+    f = lambda v: "n.r." if v == math.inf else f"{v:.3g}" if isinstance(v, float) else f"{v:,}"  # noqa: E731
+    return (None if m == math.inf else round(m, 4)), (f"{f(min(xs))}–{f(max(xs))}" if len(xs) > 1 else "")
+
+
+def aggregate(entries: list, target: float, root: Path | None = None) -> dict:
+    """``{table: [row, ...]}``: one row per configuration, in the order first launched, with the
+    medians over its seeds and their min–max ("n.r.": a seed that never reached the target)."""
+    groups: dict = {}
+    for e in entries:
+        key = (e["table"], tuple(e["config"].items()))
+        path = Path(e["run"]) if root is None or Path(e["run"]).is_absolute() else Path(root) / e["run"]
+        groups.setdefault(key, []).append(measures(path, target))
+    out: dict = {}
+    for (table, cfg), ms in groups.items():
+        row = dict(cfg)
+        for col, inf in (("steps_to_target", True), ("time_to_target_s", True), ("final_acc", False)):
+            row[col], row[f"{col} spread"] = _med([m[col] for m in ms], inf)
+        row["gns"] = _med([m["gns"] for m in ms])[0]
+        row["reached"] = f"{sum(m['steps_to_target'] is not None for m in ms)}/{len(ms)}"
+        row["cap"] = max((m["last_step"] or 0) for m in ms)
+        row["status"] = "/".join(sorted({m["status"] for m in ms}))
+        out.setdefault(table, []).append(row)
+    return out
+
+
+def verdict_a(rows: list, tol: float) -> str:
+    """Per rule: the batch from which the median final accuracy is more than ``tol`` below the
+    rule's accuracy at its smallest batch; McCandlish: is that batch within a factor 4 of B_noise?"""
+    lines = []
+    for rule in dict.fromkeys(r["rule"] for r in rows):
+        sub = sorted((r for r in rows if r["rule"] == rule), key=lambda r: r["batch"])
+        base = sub[0]["final_acc"] or 0
+        for r in sub:
+            r["Δ acc"] = None if r["final_acc"] is None else round(r["final_acc"] - base, 4)
+        fall = next((r["batch"] for r in sub if r["final_acc"] is None or r["final_acc"] < base - tol), None)
+        gns = sub[0]["gns"]
+        near = (f"; B_noise at B={sub[0]['batch']}: {gns:.0f}, "
+                + ("consistent with McCandlish (within ×4)" if fall and gns and gns / 4 <= fall <= gns * 4
+                   else "not within ×4 of the fall" if fall and gns
+                   else "no fall within the range" if gns else "")) if gns else "; no B_noise logged"
+        lines.append(f"- {rule}: " + (f"accuracy falls by more than {tol:.0%} from B={fall} — holds up to "
+                                      f"B={max([r['batch'] for r in sub if r['batch'] < fall], default='none')}"
+                                      if fall else f"holds over B={sub[0]['batch']}…{sub[-1]['batch']}") + near)
+    return "\n".join(lines)
+
+
+def verdict_b(rows: list, perfect: float = 0.8, flat: float = 0.9) -> str:
+    """Each row's regime: scaling efficiency e = (S(B₀)/S(B)) / (B/B₀) against the smallest batch B₀;
+    perfect where e ≥ ``perfect``; maximal data parallelism where S(B) ≥ ``flat`` · S(previous
+    batch); diminishing returns between. Holds if the regimes appear in that order."""
+    sub = sorted(rows, key=lambda r: r["batch"])
+    order = {"perfect": 0, "diminishing": 1, "maximal": 2}
+    prev = None
+    for r in sub:
+        s0, b0, s = sub[0]["steps_to_target"], sub[0]["batch"], r["steps_to_target"]
+        if s is None or s0 is None:
+            r["efficiency"], r["regime"] = None, "not reached"
+            continue
+        r["efficiency"] = round((s0 / s) / (r["batch"] / b0), 3)
+        r["regime"] = ("perfect" if r["efficiency"] >= perfect else
+                       "maximal" if prev is not None and s >= flat * prev else "diminishing")
+        prev = s
+    seq = [order[r["regime"]] for r in sub if r["regime"] in order]
+    if not seq:
+        return "- no batch reached the target: not tested"
+    ends = next((r["batch"] for r in sub if r["regime"] != "perfect"), None)
+    held = bool(seq) and seq == sorted(seq) and seq[0] == 0
+    return (f"- regimes in order of batch: {', '.join(r['regime'] for r in sub)}; perfect scaling "
+            + (f"ends at B={ends}" if ends else "holds over the whole range")
+            + f" (test: e ≥ {perfect}, maximal: steps ≥ {flat}× the previous batch's); "
+            + ("**holds**" if held else "**does not hold**"))
+
+
+def verdict_c(rows: list) -> str:
+    """Per process count: is sync's median time and steps to target at most every other paradigm's?"""
+    lines = []
+    for p in dict.fromkeys(r["processes"] for r in rows):
+        sub = [r for r in rows if r["processes"] == p]
+        sync = next((r for r in sub if r["paradigm"] == "sync"), None)
+        others = [r for r in sub if r is not sync]
+        if all(r["time_to_target_s"] is None for r in sub):
+            lines.append(f"- {p} processes: no paradigm reached the target — not tested")
+            continue
+        if sync is None or sync["time_to_target_s"] is None:
+            lines.append(f"- {p} processes: sync did not reach the target — **does not hold**")
+            continue
+        beat = [r["paradigm"] for r in others if r["time_to_target_s"] is not None
+                and (r["time_to_target_s"] < sync["time_to_target_s"] or r["steps_to_target"] < sync["steps_to_target"])]
+        lines.append(f"- {p} processes: sync {sync['time_to_target_s']:.3g} s, {sync['steps_to_target']} steps; "
+                     + (f"faster or fewer steps: {', '.join(beat)} — **does not hold**" if beat else "**holds**"))
+    return "\n".join(lines)
+
+
+def verdict_d(rows: list, tol: float) -> str:
+    """Constant μλ: the spread of the median accuracy over λ ≤ ``tol``; growing μλ: the accuracy at
+    the largest λ is more than ``tol`` below the smallest λ's."""
+    out = []
+    for series in dict.fromkeys(r["series"] for r in rows):
+        sub = sorted((r for r in rows if r["series"] == series), key=lambda r: r["λ"])
+        accs = [r["final_acc"] for r in sub if r["final_acc"] is not None]
+        if len(accs) < 2:
+            out.append(f"- {series}: fewer than two λ with an accuracy")
+            continue
+        if series.startswith("constant"):
+            span = max(accs) - min(accs)
+            out.append(f"- {series}: accuracy spans {span:.1%} over λ — " + ("**holds**" if span <= tol else "**does not hold**"))
+        else:
+            drop = accs[0] - accs[-1]
+            out.append(f"- {series}: accuracy falls by {drop:.1%} from λ={sub[0]['λ']} to λ={sub[-1]['λ']} — "
+                       + ("**holds**" if drop > tol else "**does not hold**"))
+    return "\n".join(out)
+
+
+def verdict_e(rows: list) -> str:
+    """Each compressor's price: its median steps to target over uncompressed sync's."""
+    base = next((r for r in rows if r["compressor"] == "uncompressed sync"), None)
+    if base is None or base["steps_to_target"] is None:
+        return "- uncompressed sync did not reach the target: no price to compute"
+    ok = 0
+    for r in rows:
+        s = r["steps_to_target"]
+        r["steps vs sync"] = None if s is None else round(s / base["steps_to_target"], 3)
+        ok += s is None or s >= base["steps_to_target"]
+    others = len(rows) - 1
+    ok -= 1  # the baseline itself
+    return (f"- {ok} of {others} compressors need at least as many steps as uncompressed sync "
+            f"({base['steps_to_target']}) — " + ("**holds**" if ok == others else f"**holds for {ok} of {others}**"))
+
+
+def verdicts(tables: dict, tol: float) -> dict:
+    """``{table: text}``: the claim and its verdict for every table present."""
+    fns = {"a": lambda r: verdict_a(r, tol), "b": verdict_b, "c": verdict_c, "d": lambda r: verdict_d(r, tol),
+           "e": verdict_e}
+    return {t: f"Claim: {CLAIMS[t]}.\n\n{fns[t](rows)}" for t, rows in tables.items() if rows}

@@ -1,0 +1,233 @@
+"""Suite ``accuracy``: the papers' accuracy findings on the hard task (``data=digits_hard``,
+docs/accuracy.md), five tables, each with the claim it tests and a verdict computed from its rows.
+
+    python -m workbench.bench accuracy --only a --write   # (a) large-batch limit: scaling rules vs global batch
+    python -m workbench.bench accuracy --only b --write   # (b) Shallue's regimes: steps to target vs batch
+    python -m workbench.bench accuracy --only c --write   # (c) sync vs async paradigms on 4 and 8 processes
+    python -m workbench.bench accuracy --only d --write   # (d) Rudra's μλ: accuracy vs λ, constant and growing μλ
+    python -m workbench.bench accuracy --only e --write   # (e) every registered compressor's price in steps
+    python -m workbench.bench accuracy --from-runs --write  # the tables again from the stored runs
+    python -m workbench.bench accuracy --tiny             # CI smoke: 1 000 images, 1 seed, 2 configs a table
+
+Every configuration runs once per seed (``--seeds``, interleaved: all configurations of a seed, then
+the next seed); a row shows the median over seeds and each measure's min–max. Steps and time to
+target come from each run's ``metrics.jsonl``: its first evaluation at or above ``--target`` ("n.r.":
+not reached by the run's last step, the ``cap`` column). Runs go to
+``<out>/accuracy/<table>/runs/``, the list of a table's runs to ``<out>/accuracy/<table>/index.json``
+(what ``--from-runs`` and :func:`load` read), the report to ``<out>/accuracy/<table>/``; ``--tiny``
+writes to ``<out>/accuracy-tiny/`` instead.
+
+(a) ``trainer=sync`` on ``--nproc`` ranks, global batch ``--batches``, ``--epochs`` passes, the learning
+rate scaled from 64 by ``optim.scale_lr=linear``, linear with ``--warmup-epochs`` of warm-up, and
+``sqrt``; gns: the median of the run's logged gradient noise scale. (b) the same with linear + warm-up,
+up to ``min(--max-steps, --max-epochs passes)`` steps. (c) per-worker batch ``--batch``, ``--max-steps``;
+PS-based paradigms take one of the processes as their server. (d) ``trainer=staleness``, λ-softsync
+with α₀/τ, λ + 1 processes, ``--epochs`` passes; constant μλ = ``--global-batch``; growing: μ fixed at
+``--global-batch``. (e) ``trainer=compressed`` with each registered compressor at its bench settings
+against ``trainer=sync``, ``--nproc-e`` ranks.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import workbench
+from workbench.analysis import accuracy as acc
+from workbench.bench import report
+
+TABLES = ["a", "b", "c", "d", "e"]
+TITLES = {"a": "large-batch limit", "b": "Shallue's regimes", "c": "sync vs async",
+          "d": "Rudra's μλ", "e": "compression's price in steps"}
+RULES = {"linear": ["optim.scale_lr=linear"], "linear+warm-up": ["optim.scale_lr=linear"], "sqrt": ["optim.scale_lr=sqrt"]}
+
+
+def _ints(s: str) -> list:
+    return [int(x) for x in str(s).split(",") if x]
+
+
+def plan(t: str, a) -> list:
+    """(config, overrides) of every run of table ``t`` for one seed."""
+    n, ev = a.train_size, lambda steps: f"trainer.eval_every={max(1, steps // a.evals)}"  # noqa: E731
+    out = []
+    if t in "ab":
+        for rule in (["linear+warm-up"] if t == "b" else a.rules.split(",")):
+            for b in _ints(a.batches):
+                steps = (math.ceil(a.epochs * n / b) if t == "a" else min(a.max_steps, math.ceil(a.max_epochs * n / b)))
+                warm = math.ceil(a.warmup_epochs * n / b) if rule.endswith("warm-up") else 0
+                out.append(({"rule": rule, "batch": b} if t == "a" else {"batch": b},
+                            ["trainer=sync", f"cluster.nproc={a.nproc}", f"data.global_batch_size={b}", *RULES[rule],
+                             f"optim.warmup_steps={warm}", f"trainer.max_steps={steps}", ev(steps)]))
+    elif t == "c":
+        for p in _ints(a.processes):
+            lam = p - 1
+            rows = {"sync": ["trainer=sync"], "ps hardsync": ["trainer=ps", "trainer.mode=sync"],
+                    "async, compensated momentum": ["trainer=ps", "trainer.mode=async", "trainer.compensate_momentum=true"],
+                    f"{max(1, lam // 2)}-softsync, α₀/τ": ["trainer=staleness", f"trainer.n={max(1, lam // 2)}",
+                                                          "trainer.lr_modulation=per_gradient"],
+                    "EASGD": ["trainer=easgd"], "BMUF": ["trainer=bmuf"], "local SGD": ["trainer=local_sgd"]}
+            for name, ov in list(rows.items())[:a.limit]:
+                out.append(({"processes": p, "paradigm": name},
+                            ov + [f"cluster.nproc={p}", f"data.batch_size={a.batch}", f"trainer.max_steps={a.max_steps}",
+                                  ev(a.max_steps)]))
+    elif t == "d":
+        for series in ("constant μλ", "growing μλ")[:1 if a.tiny else 2]:
+            for lam in _ints(a.lams):
+                mu = a.global_batch // lam if series.startswith("constant") else a.global_batch
+                out.append(({"series": series, "λ": lam, "μ": mu, "μλ": mu * lam},
+                            ["trainer=staleness", f"trainer.n={lam}", "trainer.lr_modulation=per_gradient",
+                             f"cluster.nproc={lam + 1}", f"data.batch_size={mu}", f"trainer.epochs={a.epochs}",
+                             "trainer.max_steps=0", f"trainer.eval_every={a.eval_every}"]))
+    elif t == "e":
+        from workbench.compress import COMPRESSORS
+        common = [f"cluster.nproc={a.nproc_e}", f"data.batch_size={a.batch}", f"trainer.max_steps={a.max_steps}",
+                  ev(a.max_steps)]
+        out.append(({"compressor": "uncompressed sync"}, ["trainer=sync", *common]))
+        out += [({"compressor": name}, ["trainer=compressed", f"compressor={name}", *c.bench_overrides, *common])
+                for name, c in COMPRESSORS.items()]
+        out = out[:a.limit]
+    return [(cfg, ov) for cfg, ov in out][:a.limit]
+
+
+def launch(t: str, a, out: Path) -> list:
+    """Run table ``t``'s configurations for every seed, interleaved; return (and keep in
+    ``index.json``) its entries."""
+    base = ["data=digits_hard", f"data.augment={a.augment}", f"data.train_size={a.train_size}", f"data.test_size={a.test_size}",
+            "model=small_cnn", "trainer.progress=false", f"cluster.timeout_s={a.timeout}", f"output_root={out / 'runs'}"]
+    base.append(f"data.root={workbench.project_path(workbench.compose(base).data.root)}")  # one cache, wherever run from
+    todo = plan(t, a)
+    cfgs = [[workbench.compose(base + ov + [f"seed={s}"]) for _, ov in todo] for s in range(a.seeds)]  # all checked first
+    entries = []
+    for s, seed_cfgs in enumerate(cfgs):
+        for (cfg_cols, _), cfg in zip(todo, seed_cfgs):
+            run = workbench.launch(cfg, progress=False, check=False)
+            entries.append({"table": t, "config": cfg_cols, "seed": s, "run": str(run.path.relative_to(out))})
+            (out / "index.json").write_text(json.dumps({"target": a.target, "entries": entries}, indent=1))
+            report.progress({**cfg_cols, "seed": s, **acc.measures(run.path, a.target)})
+    return entries
+
+
+def load(dirs, target: float | None = None, tol: float = 0.01) -> tuple:
+    """``(tables, verdicts)`` from stored tables: each of ``dirs`` (paths or globs, relative to the
+    project root) a directory holding an ``index.json``; ``target`` defaults to the stored one."""
+    import glob
+    tables = {}
+    for pattern in [dirs] if isinstance(dirs, (str, Path)) else dirs:
+        for d in sorted(glob.glob(str(workbench.project_path(str(pattern))), recursive=True)):
+            idx = Path(d) / "index.json" if Path(d).is_dir() else Path(d)
+            if idx.name == "index.json" and idx.exists():
+                stored = json.loads(idx.read_text())
+                tables.update(acc.aggregate(stored["entries"], target or stored["target"], idx.parent))
+    return tables, acc.verdicts(tables, tol)
+
+
+def figures(tables: dict) -> dict:
+    """One plotly figure per table present: (a) final accuracy vs global batch per rule with the noise
+    scale, (b) steps to target vs batch on log–log with the perfect-scaling line, (c) time and steps to
+    target per paradigm, (d) accuracy vs λ, (e) steps to target per compressor."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+    figs = {}
+    if tables.get("a"):
+        f = make_subplots(specs=[[{"secondary_y": True}]])
+        for rule in dict.fromkeys(r["rule"] for r in tables["a"]):
+            sub = [r for r in tables["a"] if r["rule"] == rule]
+            f.add_scatter(x=[r["batch"] for r in sub], y=[r["final_acc"] for r in sub], name=rule, mode="lines+markers")
+            f.add_scatter(x=[r["batch"] for r in sub], y=[r["gns"] for r in sub], name=f"B_noise ({rule})",
+                          mode="markers", marker_symbol="x", secondary_y=True)
+        f.update_xaxes(type="log", title="global batch")
+        f.update_yaxes(title="final test accuracy", secondary_y=False)
+        f.update_yaxes(title="gradient noise scale", type="log", secondary_y=True)
+        figs["a"] = f.update_layout(title="(a) final accuracy at a fixed epoch budget vs global batch")
+    if tables.get("b"):
+        sub = sorted((r for r in tables["b"] if r["steps_to_target"]), key=lambda r: r["batch"])
+        f = go.Figure().add_scatter(x=[r["batch"] for r in sub], y=[r["steps_to_target"] for r in sub],
+                                    name="measured", mode="lines+markers")
+        if sub:
+            f.add_scatter(x=[r["batch"] for r in sub], y=[sub[0]["steps_to_target"] * sub[0]["batch"] / r["batch"]
+                                                          for r in sub], name="perfect scaling", line_dash="dash")
+        figs["b"] = f.update_layout(title="(b) steps to target vs global batch", xaxis_type="log", yaxis_type="log",
+                                    xaxis_title="global batch", yaxis_title="steps to target")
+    if tables.get("c"):
+        f = make_subplots(rows=1, cols=2, subplot_titles=("time to target (s)", "steps to target"))
+        for p in dict.fromkeys(r["processes"] for r in tables["c"]):
+            sub = [r for r in tables["c"] if r["processes"] == p]
+            for col, y in ((1, "time_to_target_s"), (2, "steps_to_target")):
+                f.add_bar(x=[r["paradigm"] for r in sub], y=[r[y] for r in sub], name=f"{p} processes", row=1, col=col,
+                          showlegend=col == 1)
+        figs["c"] = f.update_layout(title="(c) sync vs async: to target (missing bar: not reached)")
+    if tables.get("d"):
+        f = go.Figure()
+        for s in dict.fromkeys(r["series"] for r in tables["d"]):
+            sub = [r for r in tables["d"] if r["series"] == s]
+            f.add_scatter(x=[r["λ"] for r in sub], y=[r["final_acc"] for r in sub], name=s, mode="lines+markers")
+        figs["d"] = f.update_layout(title="(d) accuracy vs λ", xaxis_title="λ (workers)", yaxis_title="final test accuracy")
+    if tables.get("e"):
+        rows = tables["e"]
+        figs["e"] = go.Figure().add_bar(x=[r["compressor"] for r in rows], y=[r["steps_to_target"] for r in rows]).update_layout(
+            title="(e) steps to target per compressor (missing bar: not reached)", yaxis_title="steps to target")
+    return figs
+
+
+def parse(argv=None):
+    p = report.parser("accuracy", __doc__, "1 000 images, 1 seed, a few steps, 2 configurations a table")
+    p.add_argument("--only", default=",".join(TABLES), help="tables to run, e.g. a,c (default: all five)")
+    p.add_argument("--from-runs", action="store_true", help="rebuild the tables from <out>/accuracy/<t>/index.json")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--target", type=float, default=0.90, help="target test accuracy")
+    p.add_argument("--tolerance", type=float, default=0.01, help="accuracy a claim may lose and still hold")
+    p.add_argument("--train-size", type=int, default=100000)
+    p.add_argument("--test-size", type=int, default=5000)
+    p.add_argument("--augment", default="medium", help="data.augment: light | medium | strong")
+    p.add_argument("--nproc", type=int, default=2, help="(a), (b): ranks")
+    p.add_argument("--batches", default="64,128,256,512,1024,2048,4096,8192", help="(a), (b): global batches")
+    p.add_argument("--rules", default="linear,linear+warm-up,sqrt", help="(a): " + ", ".join(RULES))
+    p.add_argument("--epochs", type=float, default=3, help="(a), (d): the fixed epoch budget")
+    p.add_argument("--warmup-epochs", type=float, default=0.5, help="(a), (b): warm-up of the linear rule")
+    p.add_argument("--max-epochs", type=float, default=10, help="(b): step cap in passes")
+    p.add_argument("--max-steps", type=int, default=3000, help="(b), (c), (e): step cap")
+    p.add_argument("--evals", type=int, default=40, help="(a), (b), (c), (e): evaluations per run")
+    p.add_argument("--processes", default="4,8", help="(c): processes per run")
+    p.add_argument("--batch", type=int, default=32, help="(c), (e): batch per worker")
+    p.add_argument("--lams", default="1,2,4,8", help="(d): λ")
+    p.add_argument("--global-batch", type=int, default=128, help="(d): μλ of the constant series, μ of the growing")
+    p.add_argument("--eval-every", type=int, default=50, help="(d): steps between evaluations")
+    p.add_argument("--nproc-e", type=int, default=4, help="(e): ranks")
+    p.add_argument("--timeout", type=int, default=7200, help="cluster.timeout_s of every run")
+    p.add_argument("--configs", type=int, default=0, help="run only each table's first N configurations (0: all; "
+                   "--tiny: 2)")
+    a = p.parse_args(argv)
+    a.limit = a.configs or None
+    if a.tiny:
+        a.seeds, a.train_size, a.test_size, a.target, a.limit, a.augment = 1, 1000, 200, 0.3, a.configs or 2, "light"
+        a.batches, a.rules, a.epochs, a.max_steps, a.max_epochs, a.evals = "64,128", "linear+warm-up", 1, 12, 1, 4
+        a.processes, a.lams, a.global_batch, a.eval_every, a.nproc_e = "2", "1,2", 32, 4, 2
+    if any(t not in TABLES for t in a.only.split(",")):
+        raise workbench.ConfigError(f"invalid value {a.only!r} for --only: choose from {', '.join(TABLES)}")
+    if any(r not in RULES for r in a.rules.split(",")):
+        raise workbench.ConfigError(f"invalid value {a.rules!r} for --rules: choose from {', '.join(RULES)}")
+    return a
+
+
+def main(argv=None) -> tuple:
+    """Run (or with ``--from-runs`` read) the selected tables, write their reports; return
+    ``(tables, verdicts)``."""
+    a = parse(argv)
+    suite = "accuracy-tiny" if a.tiny else "accuracy"  # a smoke run never replaces a campaign's tables
+    root = Path(a.out).resolve() / suite
+    tables = {}
+    for t in [t for t in TABLES if t in a.only.split(",")]:
+        if not a.from_runs:
+            launch(t, a, root / t)
+        tables.update(load([root / t], a.target)[0])
+    notes = acc.verdicts(tables, a.tolerance)
+    cmd = "python -m workbench.bench accuracy " + " ".join(argv if argv is not None else [])
+    figs = figures(tables)
+    for t, rows in tables.items():
+        tab = report.Table(f"table_{t}", f"({t}) {TITLES[t]}: target {a.target:.0%}, medians over seeds (spread: "
+                           "min–max; n.r.: not reached by the cap)", rows)
+        path = report.write(f"{suite}/{t}", f"{suite} ({t}): {TITLES[t]}", cmd.strip(), [tab],
+                            [figs[t]] if t in figs else [], notes=notes.get(t, ""), out_root=a.out,
+                            benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
+        print(f"\n{tab.markdown()}\n\n{notes.get(t, '')}\n\nreport: {path / 'report.html'}")
+    return tables, notes
