@@ -65,6 +65,8 @@ def main(argv=None) -> int:
         import workbench
         shared, _, _ = _split_overrides(a.overrides)
         base = workbench.compose(shared)
+        from workbench.data import fetch
+        fetch(base)  # data.download=true: the files, once, before the profile's ranks start
         prof = load_profile(a.profile, base) if a.profile else None
         rows, (vs, prof) = _plan_rows(a.overrides, bws, workers, prof, a.speedup, a.latency, only, None,
                                       lambda s: print(s, file=sys.stderr, flush=True), a.refresh_profile)
