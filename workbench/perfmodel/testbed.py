@@ -13,6 +13,28 @@ A run here differs from one on a cluster of hosts in three ways:
 - behind the emulated links (``Cluster.cores_shared``, ``Cluster.shaper_rate``) each transfer pays
   this host's part and then the token bucket's wait (:mod:`workbench.perfmodel.shaper`), which
   spends no CPU and overlaps backward as on a network.
+
+Per paradigm (S_p the lockstep span of p ranks, AR_here a collective as the profile timed it):
+
+- ``sync`` / ``compressed/<c>`` (:func:`dp_exposed_s`): on loopback T = S_p + Σ_i AR_here(bucket_i)
+  + O_ddp + codec + U, O_ddp what DDP's own loop, timed by the profile, costs beyond the two
+  (``loopback.ddp_overhead_s``); behind the emulated links T = S_p + Σ_i AR_here(bucket_i) + O_ddp
+  + codec + U + E, E the token bucket's wait (``shaper.shaper_delay_s``) left after backward, and
+  with more ranks than cores each collective the slower of its host part and the wire
+  (``shaper.beyond_host_s``).
+- ``ps/sync`` (:func:`ps_sync_exchange_s`): on loopback at the profiled ranks with one server, the
+  hardsync loop's period beyond the workers' lockstep span; behind the emulated links, two phases
+  behind the buckets whose host part is that loop's exchange.
+- ``ps/async``, n-softsync, EASGD (:func:`ps_link`, ``loopback.loop_link``): on loopback at the
+  profiled ranks the point-to-point line α', β' at which ``ps/async``'s queue cycles in the timed
+  header-only and whole-model loops; behind the emulated links every message passes the buckets
+  of both ends (what a bucket refilled while its direction idled goes at the host's speed, the
+  rest at the rate), never faster than that in-loop line (``shaper.behind_shaper_s``), and a
+  worker's link idles through its whole cycle but its own message out.
+- ``bmuf`` / ``local_sgd`` (:func:`block_parts`): the trainer's own loop of a block, timed by the
+  profile, and behind the emulated links the bucket's wait once a block.
+- ``stanza`` (:func:`stanza_line`, :func:`stanza_schedule`): the in-loop line, and behind the
+  emulated links ``shaper.stanza_behind_shaper``.
 """
 from __future__ import annotations
 
