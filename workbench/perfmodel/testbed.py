@@ -38,7 +38,7 @@ Per paradigm (S_p the lockstep span of p ranks, AR_here a collective as the prof
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 from workbench.perfmodel import stanza as st
 from workbench.perfmodel.cluster import Cluster, bucket_ready, exposed_after_backward, worker_compute
@@ -130,7 +130,3 @@ def stanza_schedule(prof: Profile, cl: Cluster, x: st.StanzaInputs, n_c: int, n_
     None elsewhere, where ``perfmodel.stanza.breakdown`` holds."""
     return stanza_behind_shaper(prof, cl, x, n_c, n_f) if shaped(cl) else None
 
-
-__all__: List[str] = ["shaped", "dp_exposed_s", "ps_sync_exchange_s", "ps_link", "block_parts", "stanza_line",
-                      "stanza_schedule", "ddp_overhead_s", "loop_link", "ps_loop_s", "oversubscribed",
-                      "steps_together", "timed_collective_s"]
