@@ -31,7 +31,7 @@ BAD = [
     (["model.width=wide"], ["model.width"]),
     (["model.dropout=abc"], ["model.dropout"]),
     (["cluster.timeout_s=never"], ["cluster.timeout_s"]),
-    (["cluster.straggler_ranks=abc"], ["cluster.straggler_ranks"]),
+    (["inject.straggler_ranks=abc"], ["inject.straggler_ranks"]),
     (["checkpoint.every=often"], ["checkpoint.every"]),
     (["network.node_bandwidth=abc"], ["network.node_bandwidth"]),
     (["optim.nesterov=perhaps"], ["optim.nesterov"]),
@@ -57,6 +57,8 @@ BAD = [
     (["model.depth=3"], ["model.depth", "width"]),
     (["data.shuffle=true"], ["data.shuffle", "batch_size"]),
     (["cluster.gpus=2"], ["cluster.gpus", "nproc"]),
+    (["cluster.pin=true"], ["cluster.pin", "did you mean testbed.pin"]),  # keys of another group
+    (["cluster.kill_rank=1"], ["cluster.kill_rank", "did you mean inject.kill_rank"]),
     (["checkpoint.path=x"], ["checkpoint.path", "every"]),
     (["network.mtu=1500"], ["network.mtu", "bandwidth"]),
     (["compressor.k=0.1"], ["compressor.k", "error_feedback"]),  # compressor none has no k
@@ -87,12 +89,12 @@ BAD = [
     # values out of range (validate, before launch)
     (["trainer.epochs=-1"], ["trainer.epochs"]),
     (["trainer.epochs=-1", "trainer.max_steps=10"], ["trainer.epochs"]),
-    (["cluster.kill_rank=7", "cluster.kill_at_step=3"], ["cluster.kill_rank", "[0, 3]"]),
-    (["cluster.kill_rank=-2"], ["cluster.kill_rank"]),
-    (["cluster.kill_rank=1"], ["cluster.kill_at_step"]),
-    (["cluster.kill_rank=1", "cluster.kill_at_step=0"], ["cluster.kill_at_step"]),
-    (["cluster.straggler_ranks=[4]"], ["cluster.straggler_ranks", "[0, 3]"]),
-    (["cluster.straggler_ranks=[-1]"], ["cluster.straggler_ranks"]),
+    (["inject.kill_rank=7", "inject.kill_at_step=3"], ["inject.kill_rank", "[0, 3]"]),
+    (["inject.kill_rank=-2"], ["inject.kill_rank"]),
+    (["inject.kill_rank=1"], ["inject.kill_at_step"]),
+    (["inject.kill_rank=1", "inject.kill_at_step=0"], ["inject.kill_at_step"]),
+    (["inject.straggler_ranks=[4]"], ["inject.straggler_ranks", "[0, 3]"]),
+    (["inject.straggler_ranks=[-1]"], ["inject.straggler_ranks"]),
     (["trainer=ps", "trainer.mode=bsp"], ["trainer.mode", "sync, async"]),
     (["trainer=staleness", "trainer.n=9"], ["trainer.n"]),
     (["trainer=bmuf", "trainer.block=0"], ["trainer.block"]),
@@ -141,7 +143,7 @@ def _check_cli(tmp_path, overrides, words):
 
 # wrong type, unknown option, appended key, fault-injection rank (the slow tier runs them all)
 SAMPLE = [i for i, (o, _) in enumerate(BAD) if o in (["cluster.nproc=abc"], ["trainer=nonexistent"], ["+trainer.newkey=1"],
-                                                     ["cluster.kill_rank=7", "cluster.kill_at_step=3"])]
+                                                     ["inject.kill_rank=7", "inject.kill_at_step=3"])]
 
 
 @pytest.mark.parametrize("i", SAMPLE, ids=[" ".join(BAD[i][0]) for i in SAMPLE])

@@ -313,7 +313,7 @@ def test_the_crossover_suite_runs_interleaved_pairs_at_the_predicted_crossover(t
     suite runs sync and PowerSGD behind links of c/1.2 and c·1.2, stores each pair, and scores them;
     run again with --resume it runs nothing."""
     from perfmodel_fixtures import synthetic_profile
-    from workbench import runstore
+    from workbench.runs import store as runstore
     from workbench.bench import bandwidth as bw
     from workbench.bench.crossover import brackets
     from workbench.plan import emulated_crossover_bps

@@ -32,8 +32,8 @@ def test_checkpoint_files_are_safe_to_load(run_overrides):
 @pytest.mark.parametrize("trainer", [["trainer=sync"], ["trainer=stanza", "trainer.fc_workers=1"]])
 def test_killed_rank_restarts_and_matches_uninterrupted_run(run_overrides, trainer):
     ref = launch_run(run_overrides + COMMON + trainer + ["name=ref"])
-    hit = launch_run(run_overrides + COMMON + trainer + ["name=killed", "cluster.max_restarts=1", "cluster.kill_rank=1",
-                                                         "cluster.kill_at_step=25"])
+    hit = launch_run(run_overrides + COMMON + trainer + ["name=killed", "cluster.max_restarts=1", "inject.kill_rank=1",
+                                                         "inject.kill_at_step=25"])
     s = hit.summary
     assert s["status"] == "completed" and s["restarts"] == 1 and s["resumed_from_step"] == 20
     assert_same_params(torch.load(ref.path / "model.pt", weights_only=True),
@@ -45,7 +45,7 @@ def test_killed_rank_restarts_and_matches_uninterrupted_run(run_overrides, train
 
 def test_resume_a_stopped_run(run_overrides):
     with pytest.raises(workbench.RunFailed):
-        launch_run(run_overrides + COMMON + ["cluster.kill_rank=0", "cluster.kill_at_step=33"])
+        launch_run(run_overrides + COMMON + ["inject.kill_rank=0", "inject.kill_at_step=33"])
     failed = sorted((Path(run_overrides[0].split("=", 1)[1]) / "runs").rglob("summary.json"))[0].parent
     assert json.loads((failed / "summary.json").read_text())["status"] == "failed"
     # fault injection only fires on a first attempt, never in a resumed run
@@ -73,7 +73,7 @@ def test_parameter_server_restart_matches_uninterrupted_run(run_overrides):
     reloads its shard, optimizer state and clock, and the final weights equal an uninterrupted run's."""
     ref = launch_run(run_overrides + PS + ["trainer=ps", "trainer.mode=sync", "name=ref"])
     hit = launch_run(run_overrides + PS + ["trainer=ps", "trainer.mode=sync", "name=killed", "cluster.max_restarts=1",
-                                           "cluster.kill_rank=1", "cluster.kill_at_step=15"])
+                                           "inject.kill_rank=1", "inject.kill_at_step=15"])
     s = hit.summary
     assert s["status"] == "completed" and s["restarts"] == 1 and s["resumed_from_step"] == 10
     assert_same_params(torch.load(ref.path / "model.pt", weights_only=True),
@@ -96,8 +96,8 @@ def test_parameter_server_restart_matches_uninterrupted_run(run_overrides):
 def test_asynchronous_servers_survive_a_killed_server(run_overrides, trainer):
     """The *server* dies mid-run; with a restart everything resumes from the newest complete
     checkpoint and the run completes with the bound still enforced."""
-    hit = launch_run(run_overrides + PS + trainer + ["cluster.max_restarts=1", "cluster.kill_rank=2",
-                                                     "cluster.kill_at_step=24"])  # server updates, after step 10
+    hit = launch_run(run_overrides + PS + trainer + ["cluster.max_restarts=1", "inject.kill_rank=2",
+                                                     "inject.kill_at_step=24"])  # server updates, after step 10
     s = hit.summary
     assert s["status"] == "completed" and s["restarts"] == 1 and s["resumed_from_step"] in (10, 20)  # not None: from a checkpoint
     assert s["steps"] == 30 and s["final_test_accuracy"] > 0.3  # chance is 0.1; 30 asynchronous steps reach 0.5-0.7

@@ -29,7 +29,7 @@ def test_slurm_through_submitit_local(tmp_path):
 def _prepare_many(root: str) -> int:
     from omegaconf import OmegaConf
 
-    from workbench import runstore
+    from workbench.runs import store as runstore
     cfg = OmegaConf.create({"a": list(range(2000))})
     failures = 0
     for i in range(12):

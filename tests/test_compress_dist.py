@@ -278,7 +278,7 @@ def test_compressor_state_survives_a_restart(run_overrides):
                               "compressor.start_iter=2", "trainer.max_steps=8", "trainer.eval_every=100",
                               "checkpoint.every=3", "data.batch_size=8"]
     ref_run = launch_run(common + ["name=ref"])
-    hit = launch_run(common + ["name=killed", "cluster.max_restarts=1", "cluster.kill_rank=1", "cluster.kill_at_step=5"])
+    hit = launch_run(common + ["name=killed", "cluster.max_restarts=1", "inject.kill_rank=1", "inject.kill_at_step=5"])
     assert hit.summary["status"] == "completed" and hit.summary["resumed_from_step"] == 3
     state = torch.load(next((hit.path / "checkpoints").rglob("rank0.pt")), weights_only=True)
     comp = state["trainer"]["compressor"]

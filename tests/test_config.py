@@ -77,7 +77,7 @@ def test_every_experiment_composes_and_validates(exp):
     ("data.batch_size=0", "data.batch_size"),
     ("data.global_batch_size=6", "data.global_batch_size"),  # not a multiple of 4 workers
     ("trainer.eval_every=0", "trainer.eval_every"),
-    ("cluster.straggler_ranks=[7]", "cluster.straggler_ranks"),
+    ("inject.straggler_ranks=[7]", "inject.straggler_ranks"),
     ("model.name=nope", "model.name"),
 ])
 def test_invalid_values_name_the_key(override, key):

@@ -17,8 +17,8 @@ def test_killed_rank_fails_fast_and_is_named(run_overrides):
     import workbench
     t0 = time.monotonic()
     with pytest.raises(workbench.RunFailed) as e:
-        launch_run(run_overrides + ["cluster.nproc=4", "trainer.max_steps=400", "cluster.kill_rank=2",
-                                    "cluster.kill_at_step=8", "trainer.eval_every=5"])
+        launch_run(run_overrides + ["cluster.nproc=4", "trainer.max_steps=400", "inject.kill_rank=2",
+                                    "inject.kill_at_step=8", "trainer.eval_every=5"])
     elapsed = time.monotonic() - t0
     assert "rank 2" in str(e.value) and "SIGKILL" in str(e.value)
     run = e.value.run
@@ -33,7 +33,7 @@ def test_killed_rank_fails_fast_and_is_named(run_overrides):
 
 def test_cli_exit_code_names_rank(tmp_path):
     p = subprocess.run([sys.executable, "-m", "workbench", f"output_root={tmp_path}", "cluster.nproc=2",
-                        "trainer.max_steps=100", "cluster.kill_rank=1", "cluster.kill_at_step=3",
+                        "trainer.max_steps=100", "inject.kill_rank=1", "inject.kill_at_step=3",
                         "trainer.progress=false"], cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert p.returncode == 1
     assert "rank 1 killed by SIGKILL" in p.stderr

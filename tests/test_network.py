@@ -32,9 +32,9 @@ def test_emulated_run_completes_across_namespaces(run_overrides):
                                       "trainer.max_steps=10", "trainer.eval_every=5"])
     s = run.summary
     assert s["status"] == "completed" and s["world_size"] == 2 and s["steps"] == 10
-    net = workbench.runs.runstore.read_json(run.path / "network.json")
+    net = workbench.runs.store.read_json(run.path / "network.json")
     assert net["addresses"] == ["10.213.0.1", "10.213.0.2"]
-    nodes = sorted(workbench.runs.runstore.read_json(p)["node"] for p in (run.path / "ranks").glob("rank*_node.json"))
+    nodes = sorted(workbench.runs.store.read_json(p)["node"] for p in (run.path / "ranks").glob("rank*_node.json"))
     assert nodes == [0, 1]  # every rank ran in its own namespace
     assert leftovers() == []
 
@@ -45,7 +45,7 @@ def test_emulated_run_completes_across_namespaces(run_overrides):
 def test_failed_emulated_run_cleans_up(run_overrides):
     with pytest.raises(workbench.RunFailed) as e:
         launch_run(run_overrides + ["network=emulated", "cluster.nproc=2", "trainer.max_steps=200",
-                                    "cluster.kill_rank=1", "cluster.kill_at_step=3", "cluster.timeout_s=20"])
+                                    "inject.kill_rank=1", "inject.kill_at_step=3", "cluster.timeout_s=20"])
     assert e.value.run.status == "failed"
     assert leftovers() == []
 
@@ -81,7 +81,7 @@ def test_killed_owner_leaves_no_namespace():
 def test_emulated_ranks_share_the_cores(run_overrides):
     """Every emulated node is a process on this machine: threads per rank = cores // nodes, not
     cores // 1 (each agent sees one local rank)."""
-    run = launch_run(run_overrides + ["network=emulated", "cluster.nproc=2", "trainer.max_steps=2", "cluster.pin=true"])
+    run = launch_run(run_overrides + ["network=emulated", "cluster.nproc=2", "trainer.max_steps=2", "testbed.pin=true"])
     assert run.summary["threads_per_rank"] == max(1, (os.cpu_count() or 1) // 2)
     # each node's rank on its own core, as host rank <node> of WORKBENCH_HOST_RANKS (workbench.dist.init)
     allowed = sorted(os.sched_getaffinity(0))

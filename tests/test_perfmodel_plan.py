@@ -570,7 +570,7 @@ def test_the_bmuf_block_loop_runs_the_trainers_block_end_and_puts_the_model_back
 
 
 def test_the_profile_times_the_block_of_each_planned_bmuf_variant():
-    """The trainers bring their loops (``Trainer.profile_loops``): a BMUF or local SGD variant
+    """The trainers bring their loops (``ParadigmSpec.profile_loops``): a BMUF or local SGD variant
     planned with block B adds ``block/<B>`` to the loops the profile times, others add none."""
     import workbench
     from workbench.plan import profile_loops
@@ -624,12 +624,12 @@ def test_every_paradigm_pays_the_loops_own_bookkeeping_once_a_step():
 
 def _bookkeeping_on_ranks(rank, world, cfg):
     from workbench.meter import Meter
-    from workbench.trainers.base import bookkeeping_loop_s
+    from workbench.trainers.bookkeeping import bookkeeping_loop_s
     return bookkeeping_loop_s(cfg, None, None, Meter(60), "cpu", None, 20)
 
 
 def test_the_bookkeeping_loop_times_the_real_loop_around_an_empty_step():
-    """``trainers.base.bookkeeping_loop_s`` runs ``Trainer.run`` itself (the real loader, meter and
+    """``trainers.bookkeeping.bookkeeping_loop_s`` runs ``Trainer.run`` itself (the real loader, meter and
     records) around a step that does nothing, on every rank, and agrees on the slowest rank's mean."""
     import workbench
     from dist_utils import run_ranks

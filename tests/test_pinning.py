@@ -1,4 +1,4 @@
-"""Each rank's threads on its own cores (``cluster.pin=true``; off by default): which cores, and that
+"""Each rank's threads on its own cores (``testbed.pin=true``; off by default): which cores, and that
 a run's ranks are pinned where asked and the ranks fit the cores, and not where they do not or by
 default (behind the emulated links: tests/test_network.py); a pinned rank's gloo device threads under
 ``SCHED_BATCH`` (``workbench.dist.yield_gloo_loops``)."""
@@ -26,14 +26,14 @@ def test_each_rank_takes_its_own_share_of_the_allowed_cores():
 def test_a_run_pins_its_ranks_where_they_fit(run_overrides):
     ov = run_overrides + ["cluster.nproc=2", "trainer.max_steps=2", "trainer.eval_every=1000"]
     allowed = sorted(os.sched_getaffinity(0))
-    run = launch_run(ov + ["cluster.pin=true"])
+    run = launch_run(ov + ["testbed.pin=true"])
     assert run.summary["cores"] == allowed[:len(allowed) // 2]  # read back from the kernel in rank 0
     assert run.summary["gloo_loop_sched"] == [GLOO_LOOP_SCHED]
     default = launch_run(ov)
     assert default.summary["cores"] is None  # the default: not pinned
     assert default.summary["gloo_loop_sched"] == ["other"]  # as started
     if len(allowed) < 3:
-        assert launch_run(ov + ["cluster.pin=true", "cluster.nproc=3"]).summary["cores"] is None
+        assert launch_run(ov + ["testbed.pin=true", "cluster.nproc=3"]).summary["cores"] is None
 
 
 def test_every_gloo_device_thread_of_a_process_yields():

@@ -204,7 +204,7 @@ def test_dead_rank_fails_the_run_naming_it(run_overrides, mode, kill_rank):
     """A worker (rank 1) or the server (rank 3) dies mid-run: the run fails, naming the rank,
     instead of hanging (the pytest timeout would catch a hang)."""
     run = launch_run(run_overrides + ["trainer=ps", f"trainer.mode={mode}", "cluster.nproc=4", "trainer.max_steps=200",
-                                      f"cluster.kill_rank={kill_rank}", "cluster.kill_at_step=3"], check=False)
+                                      f"inject.kill_rank={kill_rank}", "inject.kill_at_step=3"], check=False)
     s = run.summary
     assert s["status"] == "failed"
     assert s["failed_rank"] == kill_rank and f"rank {kill_rank}" in s["error"]

@@ -111,8 +111,8 @@ def test_a_real_schedule_replayed_gives_the_same_staleness(run_overrides, tmp_pa
     trace.mkdir()
     monkeypatch.setenv("WORKBENCH_PS_TRACE", str(trace))
     run = launch_run(run_overrides + ["trainer=staleness", "trainer.n=3", "cluster.nproc=4", "trainer.max_steps=12",
-                                      "trainer.eval_every=6", "cluster.straggler_ranks=[2]",
-                                      "cluster.straggler_delay_s=0.03", *extra])
+                                      "trainer.eval_every=6", "inject.straggler_ranks=[2]",
+                                      "inject.straggler_delay_s=0.03", *extra])
     assert run.status == "completed"
     files = list(trace.glob("server-*.jsonl"))
     assert len(files) == 1

@@ -117,7 +117,7 @@ def test_hardsync_waits_for_every_worker():
     assert rule.timestamp == 1 and torch.allclose(rule.params, torch.tensor([-1.0]))
 
 
-STRAGGLER = ["cluster.straggler_ranks=[2]", "cluster.straggler_delay_s=0.03"]
+STRAGGLER = ["inject.straggler_ranks=[2]", "inject.straggler_delay_s=0.03"]
 
 
 def _server_records(run):

@@ -203,6 +203,6 @@ def test_dead_fc_worker_fails_the_run_naming_it(tmp_path):
     with pytest.raises(RunFailed) as e:
         launch_run([f"output_root={tmp_path}", "trainer.progress=false", "cluster.timeout_s=30",
                     "trainer=stanza", "cluster.nproc=3", "trainer.fc_workers=1", "trainer.max_steps=50",
-                    "cluster.kill_rank=2", "cluster.kill_at_step=2"])
+                    "inject.kill_rank=2", "inject.kill_at_step=2"])
     s = e.value.run.summary
     assert s["status"] == "failed" and s["failed_rank"] == 2 and "SIGKILL" in s["error"]

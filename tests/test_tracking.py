@@ -1,5 +1,5 @@
 """Experiment tracking (workbench/tracking/): real runs (2 ranks, small CNN, digits) logged to a real
-MLflow file store and read back with MLflow's own client; a tracker that cannot reach its store warns
+MLflow SQLite store (the default) and read back with MLflow's own client; a tracker that cannot reach its store warns
 and the run completes; W&B in offline mode writes its run files."""
 import importlib.util
 import json
@@ -17,12 +17,15 @@ STEPS = ["cluster.nproc=2", "trainer.max_steps=12", "trainer.log_every=1", "trai
 @needs_mlflow
 def test_mlflow_run_is_found_with_params_metrics_and_status(run_overrides, tmp_path, monkeypatch):
     import mlflow
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 reads its file store only with this
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)  # SQLite needs no switch
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")  # MLflow's own default would put artifacts in ./mlruns here
     run = launch_run(run_overrides + STEPS + ["tracking=mlflow", "tracking.experiment=wb-test"])
     assert run.summary["status"] == "completed"
     info = json.loads((run.path / "tracking.json").read_text())
     assert info["state"] == "ended" and "warning" not in info, info
-    assert info["uri"] == (tmp_path / "mlruns").absolute().as_uri()  # default: <output_root>/mlruns
+    assert info["uri"] == f"sqlite:///{tmp_path.absolute()}/mlflow.db"  # default: <output_root>/mlflow.db
+    assert not (tmp_path / "mlruns").exists() and not Path("mlruns").exists()  # artifacts beside the db instead
 
     mlflow.set_tracking_uri(info["uri"])
     found = mlflow.search_runs(experiment_names=["wb-test"], output_format="list")
@@ -43,6 +46,7 @@ def test_mlflow_run_is_found_with_params_metrics_and_status(run_overrides, tmp_p
     logged = json.loads(Path(mlflow.artifacts.download_artifacts(run_id=r.info.run_id, artifact_path="run/summary.json",
                                                                   dst_path=str(tmp_path / "dl"))).read_text())
     assert "bytes_by_rank" in logged  # the launcher's final summary, not only rank 0's
+    assert r.info.artifact_uri.startswith((tmp_path / "mlartifacts").absolute().as_uri())
 
 
 @needs_mlflow

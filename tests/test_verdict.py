@@ -112,8 +112,8 @@ def test_a_run_is_diverged_when_a_rank_other_than_0_diverges_first(tmp_path):
     (a straggler), the agent stops rank 0 before it writes the summary: the launcher reads rank 1's
     totals and records the run as diverged (exit 3), not failed. Seen in the staleness suite at λ = 8."""
     p = cli(f"output_root={tmp_path}", "trainer=ps", "trainer.mode=async", "cluster.nproc=3",
-            "trainer.max_steps=40", "trainer.progress=false", "optim.lr=1000", "cluster.straggler_ranks=[0]",
-            "cluster.straggler_delay_s=3")
+            "trainer.max_steps=40", "trainer.progress=false", "optim.lr=1000", "inject.straggler_ranks=[0]",
+            "inject.straggler_delay_s=3")
     assert p.returncode == 3, p.stderr[-2000:]
     s = json.loads(next(tmp_path.rglob("summary.json")).read_text())
     assert s["status"] == "diverged" and s["verdict"] == "diverged", s

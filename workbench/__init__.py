@@ -20,8 +20,8 @@ __version__ = "0.1.0"
 # the API's analysis side (pandas alone costs each of them about a second of start-up on 2 cores).
 _API = {
     "compose": "workbench.api", "ConfigError": "workbench.core", "RunFailed": "workbench.launcher",
-    "launch": "workbench.launcher", "resume": "workbench.launcher", "Run": "workbench.runs",
-    "load_metrics": "workbench.runs", "load_runs": "workbench.runs",
+    "launch": "workbench.launcher", "resume": "workbench.launcher", "Run": "workbench.runs.handle",
+    "load_metrics": "workbench.runs.table", "load_runs": "workbench.runs.table",
     "launch_variants": "workbench.variants", "base_overrides": "workbench.variants",
     "registered_trainers": "workbench.variants", "project_path": "workbench.variants",
 }

@@ -25,6 +25,29 @@ from workbench.core import (CheckpointConfig, ClusterConfig, CompressorConfig, C
                             DataConfig, InputSpec, ModelConfig, NetworkConfig, OptimConfig, TrackingConfig,
                             TrainerConfig, check, conf_dir, store_schema, world_size)
 
+
+def user_config_groups() -> str:
+    """The config groups a user picks from, ``group: option, option`` a line: Hydra's
+    ``$APP_CONFIG_GROUPS`` without the schemas under ``schema/`` (for conf/hydra/help/workbench.yaml,
+    as the resolver ``${workbench.config_groups:}``; read from the running Hydra's config loader)."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.object_type import ObjectType
+
+    from workbench.core import SCHEMA_GROUP
+    loader = GlobalHydra.instance().config_loader()
+
+    def walk(parent: str):
+        for g in loader.list_groups(parent):
+            name = f"{parent}/{g}" if parent else g
+            if name not in ("hydra", SCHEMA_GROUP):
+                if loader.get_group_options(name, ObjectType.CONFIG):
+                    yield name
+                yield from walk(name)
+    return "\n".join(f"{g}: {', '.join(sorted(loader.get_group_options(g)))}" for g in sorted(walk("")))
+
+
+OmegaConf.register_new_resolver("workbench.config_groups", user_config_groups, replace=True)
+
 # ---------------------------------------------------------------------------------------------
 # Range validation: every check names the key and the valid values.
 
@@ -53,6 +76,7 @@ def registries() -> list:
 def _validate(cfg: DictConfig) -> None:
     c = cfg.cluster
     _check_cluster(cfg)
+    _check_inject(cfg)
     _check(cfg.checkpoint.every >= 0, "checkpoint.every", cfg.checkpoint.every, "must be >= 0 (0: never)")
     _check(cfg.checkpoint.keep >= 2, "checkpoint.keep", cfg.checkpoint.keep, "must be >= 2")
     _check(c.max_restarts == 0 or cfg.checkpoint.every > 0, "cluster.max_restarts", c.max_restarts,
@@ -83,17 +107,19 @@ def _check_cluster(cfg: DictConfig) -> None:
         _check(torch.cuda.is_available(), "cluster.backend" if c.backend == "nccl" else "cluster.device",
                c.backend if c.backend == "nccl" else c.device, "CUDA is not available on this machine; use auto or gloo/cpu")
 
-    world = world_size(cfg)
-    _check(c.kill_rank == -1 or 0 <= c.kill_rank < world, "cluster.kill_rank", c.kill_rank,
+
+def _check_inject(cfg: DictConfig) -> None:
+    i, world = cfg.inject, world_size(cfg)
+    _check(i.kill_rank == -1 or 0 <= i.kill_rank < world, "inject.kill_rank", i.kill_rank,
            f"must be -1 (no fault injection) or a rank in [0, {world - 1}]")
-    _check(c.kill_at_step == -1 or c.kill_at_step >= 1, "cluster.kill_at_step", c.kill_at_step,
+    _check(i.kill_at_step == -1 or i.kill_at_step >= 1, "inject.kill_at_step", i.kill_at_step,
            "must be -1 (no fault injection) or a step >= 1")
-    _check((c.kill_rank == -1) == (c.kill_at_step == -1), "cluster.kill_rank", c.kill_rank,
-           "set cluster.kill_rank and cluster.kill_at_step together (both -1: no fault injection)")
-    for r in c.straggler_ranks:
-        _check(0 <= r < world, "cluster.straggler_ranks", list(c.straggler_ranks), f"ranks must be in [0, {world - 1}]")
-    _check(c.straggler_delay_s >= 0, "cluster.straggler_delay_s", c.straggler_delay_s, "must be >= 0")
-    _check(c.straggler_factor >= 1, "cluster.straggler_factor", c.straggler_factor, "must be >= 1")
+    _check((i.kill_rank == -1) == (i.kill_at_step == -1), "inject.kill_rank", i.kill_rank,
+           "set inject.kill_rank and inject.kill_at_step together (both -1: no fault injection)")
+    for r in i.straggler_ranks:
+        _check(0 <= r < world, "inject.straggler_ranks", list(i.straggler_ranks), f"ranks must be in [0, {world - 1}]")
+    _check(i.straggler_delay_s >= 0, "inject.straggler_delay_s", i.straggler_delay_s, "must be >= 0")
+    _check(i.straggler_factor >= 1, "inject.straggler_factor", i.straggler_factor, "must be >= 1")
 
 
 def _check_optim(o: DictConfig) -> None:

@@ -98,7 +98,9 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     name: str = MISSING  # registry key: digits, mnist, cifar10, synthetic
-    root: Optional[str] = None  # directory holding the files (mnist, cifar10); never downloaded
+    root: Optional[str] = None  # directory holding the files (mnist, cifar10)
+    download: bool = False  # mnist, cifar10: fetch missing files into root once, before launch (md5-checked)
+    mirror: Optional[str] = None  # download from this folder (URL or path; files + MD5SUMS), not torchvision's sources
     batch_size: int = 16  # per worker; ignored when global_batch_size is set
     global_batch_size: Optional[int] = None  # divided among the workers (Rudra's mu*lambda = const)
     resize: Optional[int] = None  # resize images to resize x resize (e.g. digits to 32 for VGG-16)
@@ -134,17 +136,33 @@ class ClusterConfig:
     backend: str = "auto"  # auto (nccl with CUDA, else gloo) | gloo | nccl
     device: str = "auto"  # auto (cuda if available) | cpu | cuda
     threads: int = 0  # torch threads per rank (0: cores // local ranks)
-    pin: bool = False  # each rank's threads on its own cores where the ranks fit them (emulated nodes too)
     timeout_s: float = 120.0  # every collective and receive fails after this long
     master_addr: str = "127.0.0.1"
     master_port: int = 0  # 0: pick a free port
     max_restarts: int = 0  # elastic agent restarts of a failed group
     monitor_interval_s: float = 0.1  # how often the agent checks for dead ranks
-    kill_rank: int = -1  # fault injection: this rank SIGKILLs itself ...
-    kill_at_step: int = -1  # ... at this step (tests and fault experiments)
-    straggler_ranks: List[int] = field(default_factory=list)  # ranks made slow on purpose (experiments)
-    straggler_delay_s: float = 0.0  # extra seconds per step on each straggler rank ...
-    straggler_factor: float = 1.0  # ... and/or its step takes this many times as long (>= 1)
+
+
+@dataclass
+class InjectConfig:
+    """Faults injected on purpose, for tests and experiments (``conf/inject/none.yaml``: none)."""
+
+    kill_rank: int = -1  # this rank SIGKILLs itself at kill_at_step (-1: no rank is killed)
+    kill_at_step: int = -1  # the step after which kill_rank dies, first attempt only (-1: never; with kill_rank)
+    straggler_ranks: List[int] = field(default_factory=list)  # ranks made slow on purpose
+    straggler_delay_s: float = 0.0  # extra seconds each straggler sleeps after every step
+    straggler_factor: float = 1.0  # a straggler's step takes this many times its compute time (>= 1)
+
+
+@dataclass
+class TestbedConfig:
+    """Tuning of the machine the ranks share, for timings taken here (``conf/testbed/default.yaml``);
+    a run on a real cluster can ignore this group."""
+
+    __test__ = False  # not a pytest test class, whatever its name
+    # each rank's threads on its own cores where the ranks fit them (an emulated network's nodes too),
+    # and its gloo device threads under SCHED_BATCH (workbench.dist.yield_gloo_loops)
+    pin: bool = False
 
 
 @dataclass
@@ -167,7 +185,7 @@ class CheckpointConfig:
 @dataclass
 class TrackingConfig:
     name: str = "none"  # none | mlflow | wandb: where rank 0 also logs params, metrics, summary (workbench/tracking/)
-    uri: Optional[str] = None  # mlflow: tracking URI (default: file store <output_root>/mlruns); wandb: its directory
+    uri: Optional[str] = None  # mlflow: tracking URI (default: sqlite:///<output_root>/mlflow.db); wandb: its directory
     experiment: str = "workbench"  # mlflow experiment / wandb project
     mode: str = "offline"  # wandb: offline | online
     artifacts: bool = True  # log the run directory (without checkpoints/) as an artifact at the end
@@ -185,6 +203,8 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    inject: InjectConfig = field(default_factory=InjectConfig)  # fault injection (conf/inject/)
+    testbed: TestbedConfig = field(default_factory=TestbedConfig)  # this machine's tuning (conf/testbed/)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
@@ -200,5 +220,6 @@ class CompressorConfig:
 
 
 ConfigStore.instance().store(name="workbench_schema", node=Config)  # conf/config.yaml's first default
-for _group, _node in (("model", ModelConfig), ("data", DataConfig), ("optim", OptimConfig), ("cluster", ClusterConfig)):
+for _group, _node in (("model", ModelConfig), ("data", DataConfig), ("optim", OptimConfig), ("cluster", ClusterConfig),
+                      ("inject", InjectConfig), ("testbed", TestbedConfig)):
     store_schema(_group, _group, _node)

@@ -70,7 +70,7 @@ def threads_per_rank(cluster, local_world_size: int) -> int:
     if cluster.threads > 0:
         return cluster.threads
     # An emulated node's rank must share the cores with every other node's (oversubscribed OpenMP
-    # threads spin against gloo's and slowed DDP's overlapped all-reduce 2-4x).
+    # threads spin against gloo's and slow DDP's overlapped all-reduce several times over).
     return max(1, (os.cpu_count() or 1) // max(1, host_ranks(local_world_size)))
 
 
@@ -88,14 +88,13 @@ def rank_cores(index: int, host_ranks: int, allowed: Sequence[int]) -> Optional[
 def pin_threads(cores: Sequence[int]) -> None:
     """Every thread of this process, and every thread it starts later, on ``cores`` only.
 
-    Why it is there, and why it is off by default (``cluster.pin``): with 2 ranks on 2 cores and
+    Why it is there, and why it is off by default (``testbed.pin``): with as many ranks as cores and
     nothing pinned, the scheduler moves a rank's threads (the training loop, the compression hook's
-    thread, gloo's) between the cores. On the Xeon VM, 2 ranks, DDP's loop with the fp16 hook read
-    4.4-7.2 ms a step unpinned and 3.7-4.0 pinned, and every compressor's run was 1.17-1.43x faster
-    pinned. Pinned, gloo's all-reduce of 605 KB (the small CNN's one fp32 bucket) stalled for most
-    of a 4 ms tick in many steps until its device thread was put under ``SCHED_BATCH``
-    (:func:`yield_gloo_loops`, docs/planner.md, "Ranks pinned to their cores", "gloo's device
-    thread spins")."""
+    thread, gloo's) between the cores, and step times spread from one launch to the next; pinned,
+    they are steadier and the compressors' runs faster. A pinned rank needs its gloo device threads
+    under ``SCHED_BATCH`` (:func:`yield_gloo_loops`), or its all-reduces stall for most of a
+    scheduler tick (docs/planner.md, "Ranks pinned to their cores", "gloo's device thread spins";
+    the measurements: docs/notes/2026-12-06-trainers-history.md)."""
     if not hasattr(os, "sched_setaffinity"):  # not Linux: the scheduler's placement stands
         return
     for task in os.listdir("/proc/self/task"):
@@ -120,20 +119,13 @@ def yield_gloo_loops() -> List[int]:
     ``try_lock``. While the thread that runs the collective holds that lock (it sends a message
     of hundreds of KB), the device thread finds it taken, returns to epoll, whose events are
     still there, and so spins in user space. Woken on the same core as the holder (pinned ranks:
-    always), as a normal thread it preempts the holder and spins until the scheduler's tick
-    (4 ms at 250 Hz) hands the core back. Traced with sched_switch/sched_wakeup on the Xeon VM,
-    2 ranks pinned, an idle 605 KB all-reduce: in 18 of 18 slow ones the device thread ran 1.8-4.0
-    ms without a socket event, and the holder went on sending at the tick. A ``SCHED_BATCH``
-    thread never preempts on waking ("batch and idle tasks do not preempt non-idle tasks",
-    the fair scheduler's wake-up check), so it runs when the holder blocks, and finds the lock
-    free; its share of a busy core stays a normal thread's. The idle all-reduce over the emulated
-    veth links, pinned: 1210 KB median 3.4-3.6 ms (90th percentile 4.4-5.3) as it is, 0.81-0.83
-    (1.0-1.1) under ``SCHED_BATCH``. Lowering its nice instead (the first fix, stop 44) did
-    either the one or the other: nice 19 ended the stall but starved the thread's reading while
-    the rank computes on its one core (ResNet-18's `trainer=sync` behind 1238 Mbit/s links,
-    pinned, 781-791 ms a step against 666-677 as it is and 659-672 under ``SCHED_BATCH``), and
-    nice 10 left 1210 KB's 90th percentile at 3.2-4.1 ms (docs/planner.md, "gloo's device
-    thread spins")."""
+    always), as a normal thread it preempts the holder and spins until the scheduler's tick hands
+    the core back. A ``SCHED_BATCH`` thread never preempts on waking ("batch and idle tasks do not
+    preempt non-idle tasks", the fair scheduler's wake-up check), so it runs when the holder
+    blocks, and finds the lock free; its share of a busy core stays a normal thread's. A higher
+    nice instead either starves the thread's reading while the rank computes on its one core
+    (nice 19) or leaves the stall (nice 10) (docs/planner.md, "gloo's device thread spins"; the
+    traces and timings: docs/notes/2026-12-06-trainers-history.md)."""
     policy = getattr(os, f"SCHED_{GLOO_LOOP_SCHED.upper()}", None)
     if not hasattr(os, "sched_setscheduler") or policy is None:
         return []
@@ -182,26 +174,43 @@ def new_group(*args, **kwargs):
     return group
 
 
-def pin_cores(cluster, index: int, host_ranks: int) -> Optional[List[int]]:
-    """The cores rank ``index`` of the host's ``host_ranks`` is pinned to under ``cluster``: its
-    :func:`rank_cores` where ``cluster.pin`` and the ranks fit the cores, else None (not pinned)."""
-    if not getattr(cluster, "pin", False) or not hasattr(os, "sched_getaffinity"):
+def pins(node) -> bool:
+    """``testbed.pin`` of a composed config, given its ``testbed`` node, the whole config, or
+    another of its nodes (``cfg.cluster``: the node is read back to its root)."""
+    if node is None:
+        return False
+    if "pin" in node:
+        return bool(node.pin)
+    from omegaconf import DictConfig, OmegaConf
+    root = node
+    while isinstance(root, DictConfig) and root._get_parent() is not None:
+        root = root._get_parent()
+    return bool(OmegaConf.select(root, "testbed.pin", default=False)) if isinstance(root, DictConfig) else False
+
+
+def pin_cores(testbed, index: int, host_ranks: int) -> Optional[List[int]]:
+    """The cores rank ``index`` of the host's ``host_ranks`` is pinned to under ``testbed`` (see
+    :func:`pins`): its :func:`rank_cores` where ``testbed.pin`` and the ranks fit the cores, else
+    None (not pinned)."""
+    if not pins(testbed) or not hasattr(os, "sched_getaffinity"):
         return None
     return rank_cores(index, host_ranks, os.sched_getaffinity(0))
 
 
-def pin_rank(cluster, index: int, host_ranks: int) -> Optional[List[int]]:
+def pin_rank(testbed, index: int, host_ranks: int) -> Optional[List[int]]:
     """Pin this rank (``index`` of the host's ``host_ranks``) to its :func:`pin_cores`; the cores,
     or None where not pinned."""
     global _pinned
-    cores = pin_cores(cluster, index, host_ranks)
+    cores = pin_cores(testbed, index, host_ranks)
     if cores is not None:
         pin_threads(cores)
         _pinned = True
     return cores
 
 
-def init(cluster) -> DistInfo:
+def init(cluster, testbed=None) -> DistInfo:
+    """Join the process group of ``cluster`` (this rank pinned as ``testbed`` says): backend,
+    device, threads and timeouts set; the rank's :class:`DistInfo`."""
     rank = int(os.environ.get("RANK", 0))
     world = int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -211,9 +220,9 @@ def init(cluster) -> DistInfo:
     # rank (WORKBENCH_NODE, one per node) is rank k of the host's WORKBENCH_HOST_RANKS
     node = os.environ.get("WORKBENCH_NODE")
     if node is None:
-        cores = pin_rank(cluster, local_rank, local_world)
+        cores = pin_rank(testbed, local_rank, local_world)
     else:
-        cores = pin_rank(cluster, int(node), host_ranks(local_world))
+        cores = pin_rank(testbed, int(node), host_ranks(local_world))
     torch.set_num_threads(threads)
     device = choose_device(cluster, local_rank)
     if device.type == "cuda":

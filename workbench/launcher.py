@@ -23,15 +23,17 @@ from typing import Optional
 
 from omegaconf import DictConfig
 
-from workbench import runstore, tracking
+from workbench import tracking
+from workbench.runs import store as runstore
 from workbench.config import validate
 from workbench.core import world_size
+from workbench.data import fetch as fetch_data
 from workbench.starters.local import describe_failure, free_port, port_free  # noqa: F401  (their old import path)
 from workbench.trainers import paradigm_of_config
 
 
 class RunFailed(RuntimeError):
-    """A run ended with a failed or diverged rank; ``.run`` is the :class:`~workbench.runs.Run`."""
+    """A run ended with a failed or diverged rank; ``.run`` is the :class:`~workbench.runs.handle.Run`."""
 
     def __init__(self, message: str, run) -> None:
         super().__init__(message)
@@ -85,14 +87,14 @@ class _Progress(threading.Thread):
 
 def launch(cfg: DictConfig, run_dir: Optional[os.PathLike] = None, progress: Optional[bool] = None,
            check: bool = True):
-    """Run ``cfg`` to completion and return its :class:`~workbench.runs.Run`.
+    """Run ``cfg`` to completion and return its :class:`~workbench.runs.handle.Run`.
 
     ``run_dir``: where to write (default: a new ``experiments/runs/<date>/<time>_<name>``).
     ``progress``: draw a progress bar (default: ``cfg.trainer.progress``).
     ``check``: raise :class:`RunFailed` if the run fails or diverges (else return the failed Run).
     Raises :class:`~workbench.config.ConfigError` before starting anything if ``cfg`` is invalid.
     """
-    from workbench.runs import Run
+    from workbench.runs.handle import Run
     from workbench.starters import STARTERS, check_names
 
     validate(cfg)
@@ -103,6 +105,7 @@ def launch(cfg: DictConfig, run_dir: Optional[os.PathLike] = None, progress: Opt
         print(f"workbench: warning: {w}", file=sys.stderr)
     starter = STARTERS[cfg.network.starter or cfg.cluster.starter]()
     starter.check(cfg)
+    fetch_data(cfg)  # data.download=true: missing files fetched once, here, never in a rank
     run_dir = Path(run_dir) if run_dir is not None else runstore.new_run_dir(cfg)
     runstore.prepare(run_dir, cfg)
     show = cfg.trainer.progress if progress is None else progress

@@ -59,8 +59,10 @@ def _unknown_key(key: str, base: Optional[DictConfig]) -> str:
     if leaf in keys:  # e.g. model={a:1}: a whole group node given a value
         return f"cannot set {key} to a value: pick an option ({key}=<option>) or set one of its keys ({key}.<key>=<value>)"
     where = f"{parent} ({node.name})" if parent and isinstance(node, DictConfig) and "name" in node else (parent or "the config")
-    hint = difflib.get_close_matches(leaf, keys, n=1)
-    close = f"did you mean {parent + '.' if parent else ''}{hint[0]}? " if hint else ""
+    hint = [f"{parent + '.' if parent else ''}{h}" for h in difflib.get_close_matches(leaf, keys, n=1)]
+    if not hint and parent and isinstance(base, DictConfig):  # the same key in another group (cluster.pin: testbed.pin)
+        hint = [f"{g}.{leaf}" for g in _node_keys(base) if leaf in _node_keys(base.get(g))][:1]
+    close = f"did you mean {hint[0]}? " if hint else ""
     return f"unknown key {key}: {close}valid keys of {where}: {', '.join(keys)}" if keys else f"unknown key {key}"
 
 

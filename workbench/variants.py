@@ -61,7 +61,7 @@ def launch_variants(variants: Dict[str, Sequence[str]], base: Sequence[str] = ()
     """Compose and launch each variant (``{name: overrides}``, applied after ``base``; group choices
     such as ``trainer=ps`` go before every key so that ``trainer.*`` keys apply to it).
 
-    Returns ``(runs, table)``: the completed :class:`~workbench.runs.Run` objects and one row per
+    Returns ``(runs, table)``: the completed :class:`~workbench.runs.handle.Run` objects and one row per
     variant with its status — ``completed``, ``failed`` (the run's error) or ``skipped`` (its trainer
     is not registered, or the config is invalid: the one-line reason). Nothing is faked: a skipped
     variant has no run."""

@@ -51,7 +51,7 @@ def _share_run_dir(cfg, rank: int) -> Path:
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
 
-    from workbench import runstore
+    from workbench.runs import store as runstore
     store = c10d._get_default_store()
     if rank == 0:
         run_dir = runstore.prepare(runstore.new_run_dir(cfg), cfg)
@@ -68,7 +68,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     from workbench import dist as wdist
-    from workbench import runstore
+    from workbench.runs import store as runstore
     from workbench.config import validate
     from workbench.meter import Meter
     from workbench.sysmon import SystemMonitor
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
         validate(cfg)
         run_dir = None
 
-    info = wdist.init(cfg.cluster)
+    info = wdist.init(cfg.cluster, cfg.testbed)
     if run_dir is None:
         run_dir = _share_run_dir(cfg, info.rank)
 

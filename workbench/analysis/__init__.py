@@ -11,7 +11,7 @@ one performance model what-if questions. Nothing here launches a run or imports 
     an.pareto_front(runs).show()                          # accuracy / throughput Pareto front
     an.whatif_curves(an.whatif_profile(["model=small_cnn"])).show()  # the planner's what-if curves
 
-- :mod:`~workbench.analysis.runs`: loading, labelling (``paradigm``, ``label``), joining, tables.
+- :mod:`~workbench.runs.table`: loading, labelling (``paradigm``, ``label``), joining, tables.
 - :mod:`~workbench.analysis.figures`: the plotly figure builders.
 - :mod:`~workbench.analysis.whatif`: predictions from :mod:`workbench.perfmodel` through
   :func:`workbench.plan.plan` (docs/planner.md), on a profile measured on this machine.
@@ -23,7 +23,7 @@ from __future__ import annotations
 from workbench.analysis.figures import (COLORS, accuracy_vs_time, allocation_figure, bytes_per_rank, bytes_per_step,
                                         dashboard, metric_histogram, metric_vs_step, pareto_front,
                                         throughput_vs_workers, time_to_accuracy, use_notebook_renderer, whatif_curves)
-from workbench.analysis.runs import (COMPRESSION_COLUMNS, MiB, attach, bytes_columns, compression_table, label_runs,
+from workbench.runs.table import (COMPRESSION_COLUMNS, MiB, attach, bytes_columns, compression_table, label_runs,
                                      load, paradigm_of, pareto_mask, rank_bytes, select, summary_table,
                                      time_to_accuracy_table, with_variants)
 from workbench.analysis.whatif import (available_compressors, crossover_gbps, crossover_table, stanza_prediction,

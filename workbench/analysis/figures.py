@@ -1,5 +1,5 @@
 """The trade-off dashboard's figure builders: each a function from the run table or the step records
-(:mod:`workbench.analysis.runs`), or a profile (:mod:`workbench.analysis.whatif`), to a plotly figure.
+(:mod:`workbench.runs.table`), or a profile (:mod:`workbench.analysis.whatif`), to a plotly figure.
 Notebooks, the widgets and the HTML report (``python -m workbench.report``) call these; no plotting
 logic lives only in a notebook, so pytest covers all of it (tests/test_dashboards.py).
 
@@ -16,7 +16,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from workbench.analysis.runs import MiB, labelled, bytes_columns, pareto_mask, time_to_accuracy_table
+from workbench.runs.table import MiB, labelled, bytes_columns, pareto_mask, time_to_accuracy_table
 from workbench.analysis.whatif import stanza_prediction, whatif_frame
 
 if TYPE_CHECKING:

@@ -1,22 +1,32 @@
-"""Benchmark suites, side by side in one go: ``python -m workbench.bench <suite> [options]``.
+"""Benchmark suites: commands that run real training, print a table and write results.
 
+Example: the pinned planner matrix, kept as a named campaign, run by its name (as root: emulated links)::
+
+    sudo .venv/bin/python -m workbench.bench campaign planner-xeon-pinned
+
+Usage: ``python -m workbench.bench <suite> [options]`` or ``python -m workbench.bench campaign <name>``.
+
+    python -m workbench.bench campaign --list           # the named campaigns: suite, what each answers, how long
     python -m workbench.bench overhead --write          # trainer=sync vs a hand-written DDP script
     python -m workbench.bench bytes --write             # bytes per worker per step, every paradigm, measured vs analytic
     python -m workbench.bench staleness --write         # time to 90 % on the digits: sync, hardsync, n-softsync, async
     python -m workbench.bench stanza --write            # Stanza allocation sweep: predicted vs measured throughput
-    python -m workbench.bench compression --write      # every compressor vs compressor=none, and the planner's model
+    python -m workbench.bench compression --write       # every compressor vs compressor=none, and the planner's model
     python -m workbench.bench bandwidth --write         # emulated bandwidth sweep (needs root): where each paradigm wins
     python -m workbench.bench planner --write           # workbench.plan --verify: predicted vs measured, every paradigm
     python -m workbench.bench crossover --write         # each predicted compression crossover tested at ±20 % (root)
     python -m workbench.bench pinning --write           # the same runs with ranks pinned to their cores and not
+    python -m workbench.bench sim --write               # the simulator against real runs at small λ, then the papers' scale
+    python -m workbench.bench calibrate --write         # the emulated link's achieved bandwidth (root)
     python -m workbench.bench <suite> --help            # a suite's own options; --tiny: the CI smoke version
-    python -m workbench.bench all --write               # every section of BENCHMARKS.md, one suite run after another
+    python -m workbench.bench all --write               # every headline of BENCHMARKS.md, one suite run after another
     python -m workbench.bench all --list                # the commands `all` runs (a few hours on 2 cores)
 
 Each suite prints its table(s), writes CSV + ``report.md`` + a plotly ``report.html`` under
-``experiments/bench/<suite>/``, and with ``--write`` replaces its own section of BENCHMARKS.md
-(with the command that produced it). Timings come from whatever machine runs them: compare rows
-of one table, never tables of different machines.
+``experiments/bench/<suite>/``, and with ``--write`` writes its full section to the result file
+``experiments/results/<suite>_<host>_<date>.md`` and its headline, linking that file, to BENCHMARKS.md
+(``workbench/bench/markdown.py``). Timings come from whatever machine runs them: compare rows of one
+table, never tables of different machines. docs/benchmarks.md says what each suite answers.
 """
 from __future__ import annotations
 
@@ -104,11 +114,14 @@ def main(argv=None) -> int:
     suite, rest = argv[0], argv[1:]
     if suite == "all":
         return run_all(rest)
-    if suite not in SUITES:
-        print(f"error: unknown suite {suite!r}; choose from {', '.join(SUITES)}, all", file=sys.stderr)
+    if suite not in SUITES and suite != "campaign":
+        print(f"error: unknown suite {suite!r}; choose from {', '.join(SUITES)}, all, campaign", file=sys.stderr)
         return 2
     from workbench.core import ConfigError
     try:
+        if suite == "campaign":
+            from workbench.bench import campaign
+            return campaign.main(rest, SUITES)
         importlib.import_module(SUITES[suite]).main(rest)
     except ConfigError as e:  # a bad value (a rate, a model, a paradigm): one line, before anything runs
         print(f"error: {e}", file=sys.stderr)

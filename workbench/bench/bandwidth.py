@@ -49,11 +49,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import workbench
-from workbench import runstore
-from workbench.bench import report
+from workbench.runs import store as runstore
+from workbench.bench import suite
+from workbench.bench.bandwidth_index import kept_runs, recorded, runs_span, save_index
 from workbench.bench.bytes import runs_for
 from workbench.config import validate
-from workbench.runs import Run
+from workbench.runs.handle import Run
 
 # ResNet-18's 2gbit: where its compressors' crossovers lie (between 1 and 4 Gbit/s they meet sync slowly)
 RATES = {"resnet18": "50mbit,200mbit,1gbit,2gbit,4gbit", "vgg16": "500mbit,2gbit,8gbit", "small_cnn": "5mbit,100mbit"}
@@ -61,8 +62,8 @@ COMPRESSORS = ("powersgd", "topk", "signsgd")
 PROBE_MB = 16  # the link probe's message size (large: the bandwidth regime)
 
 
-def main(argv=None) -> None:
-    p = report.parser("bandwidth", __doc__, "small_cnn on the digits, 2 workers, 5mbit and 100mbit, PowerSGD only")
+def parser():
+    p = suite.parser("bandwidth", __doc__, "small_cnn on the digits, 2 workers, 5mbit and 100mbit, PowerSGD only")
     p.add_argument("--models", default="resnet18,vgg16")
     p.add_argument("--bandwidths", help="comma-separated link rates for every model (default per model: "
                    + "; ".join(f"{m}: {r}" for m, r in RATES.items()) + ")")
@@ -78,7 +79,11 @@ def main(argv=None) -> None:
                    "hours survives a stop")
     p.add_argument("--from-runs", action="store_true", help="no new runs: rebuild each model's tables from "
                    "<out>/bandwidth-<model>-<N>w/index.json (the runs and link probes of its last sweep)")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> None:
+    a = parser().parse_args(argv)
     if a.tiny:
         a.models, a.workers, a.compressors, a.steps, a.bandwidths = "small_cnn", 2, "powersgd", 3, None
     from workbench.network import parse_rate
@@ -90,65 +95,96 @@ def main(argv=None) -> None:
     # what a model's runs depend on: --resume keeps earlier runs only under the same settings
     settings = {m: {"rates": rates, "workers": a.workers, "batch": a.batch, "steps": a.steps,
                     "compressors": a.compressors.split(",")} for m, rates in plan.items()}
-
-    def out_of(model):  # one report and one BENCHMARKS.md section per model: each regenerates alone
-        return Path(a.out) / f"bandwidth-{model}-{a.workers}w"
-    jobs = []  # (model, rate, label, kind, cfg); every config validated before the first run starts
-    for model, rates in plan.items():
-        def cfg(rate, ov):
-            return workbench.compose(ov + report.data_overrides(model, a.batch) + [
-                f"model={model}", "network=emulated", f"network.bandwidth={rate}", f"trainer.max_steps={a.steps}",
-                "trainer.eval_every=100000", "trainer.progress=false", "cluster.timeout_s=900",
-                f"output_root={out_of(model) / 'runs'}"])
-        for rate in rates:
-            for label, kind, ov in runs_for(a.workers, a.compressors.split(",")):
-                jobs.append((model, rate, label.replace(" (a CONV worker)", ""), kind, cfg(rate, ov)))
+    jobs = sweep_jobs(a, plan)
     probes = {}  # link rate -> the all-reduce bus bandwidth its probe achieved (bits/s)
     profile_at = {}  # model -> its profile's file, recorded in its index
-    done = kept_runs(plan, out_of, settings, probes, profile_at) if a.resume and not a.from_runs else {}
+    done = kept_runs(plan, lambda m: out_dir(a, m), settings, probes, profile_at) if a.resume and not a.from_runs else {}
     for *_, c in ([] if a.from_runs else jobs):
         validate(c)
     given = {m: load_profile(a.profile, planner_cfg(m, a.workers, a.batch)) for m in plan} if a.profile else {}
-
     # What ran where, and the probes, per model: --from-runs rebuilds a model's tables from its index.
     if a.from_runs:
-        entries = []
-        for model in plan:
-            index = out_of(model) / "index.json"
-            if not index.exists():
-                raise SystemExit(f"error: --from-runs: no sweep of {model} at N={a.workers} to rebuild ({index} is missing)")
-            saved = json.loads(index.read_text())
-            probes.update(saved["probes"])
-            entries += [e for e in saved["runs"] if e["kind"] != "calibration"]  # older sweeps' utility-model run
-            profile_at[model] = saved.get("profile")
-        plan = {m: sorted({e["rate"] for e in entries if e["model"] == m}, key=parse_rate) for m in plan}
-        a.compressors = ",".join(dict.fromkeys(e["kind"] for e in entries if e["label"].startswith("compressed:")))
+        entries, plan = rebuilt(a, plan, probes, profile_at)
     else:
-        entries = []
-        from workbench.network.calibrate import calibrate as probe_link
-        for model in plan:  # the model's profile, before its runs, on this host as they will find it
-            if model not in given and not recorded(profile_at, model):
-                profile_at[model] = str(measured_profile(model, a.workers, a.batch, out_of(model), a.compressors.split(",")))
-        for i, (model, rate, label, kind, c) in enumerate(j for _ in range(a.repeats) for j in jobs):
-            if (model, rate, kind, i // len(jobs)) in done:
-                entries.append(done[(model, rate, kind, i // len(jobs))])
-                continue
-            if rate not in probes:
-                res = probe_link(a.workers, rate, sizes_mb=(PROBE_MB,), repeats=2)
-                probes[rate] = next(r for r in res["rows"] if r["kind"] == "allreduce")["achieved_bits_per_s"]
-                print(f"link probe {rate}: all-reduce {probes[rate] / 1e6:,.0f} Mbit/s "
-                      f"({probes[rate] / parse_rate(rate):.0%} of the rate)", flush=True)
-            run = workbench.launch(c, progress=False, check=False)
-            entries.append({"model": model, "rate": rate, "label": label, "kind": kind, "run_dir": str(run.path),
-                            "round": i // len(jobs)})
-            save_index(out_of(model), settings[model], probes, profile_at.get(model), entries, model)
-            report.progress(row(entries[-1], run, probes))
-        for model in plan:  # kept runs after a model's last new one are in the index too
-            save_index(out_of(model), settings[model], probes, profile_at.get(model), entries, model)
+        entries = sweep(a, plan, jobs, done, given, settings, probes, profile_at)
+    write_reports(a, argv, plan, entries, probes, profile_at, given, done)
+
+
+def out_dir(a, model) -> Path:
+    """One report and one BENCHMARKS.md section per model: each regenerates alone."""
+    return Path(a.out) / f"bandwidth-{model}-{a.workers}w"
+
+
+def sweep_jobs(a, plan) -> list:
+    """(model, rate, label, kind, cfg) of one round's runs, every config composed before the first starts."""
+    jobs = []
+    for model, rates in plan.items():
+        def cfg(rate, ov):
+            return workbench.compose(ov + suite.data_overrides(model, a.batch) + [
+                f"model={model}", "network=emulated", f"network.bandwidth={rate}", f"trainer.max_steps={a.steps}",
+                "trainer.eval_every=100000", "trainer.progress=false", "cluster.timeout_s=900",
+                f"output_root={out_dir(a, model) / 'runs'}"])
+        for rate in rates:
+            for label, kind, ov in runs_for(a.workers, a.compressors.split(",")):
+                jobs.append((model, rate, label.replace(" (a CONV worker)", ""), kind, cfg(rate, ov)))
+    return jobs
+
+
+def rebuilt(a, plan, probes, profile_at):
+    """--from-runs: each model's runs, probes and profile from its last sweep's index; the rates
+    and compressors are the sweep's."""
+    from workbench.network import parse_rate
+    entries = []
+    for model in plan:
+        index = out_dir(a, model) / "index.json"
+        if not index.exists():
+            raise SystemExit(f"error: --from-runs: no sweep of {model} at N={a.workers} to rebuild ({index} is missing)")
+        saved = json.loads(index.read_text())
+        probes.update(saved["probes"])
+        entries += [e for e in saved["runs"] if e["kind"] != "calibration"]  # older sweeps' utility-model run
+        profile_at[model] = saved.get("profile")
+    plan = {m: sorted({e["rate"] for e in entries if e["model"] == m}, key=parse_rate) for m in plan}
+    a.compressors = ",".join(dict.fromkeys(e["kind"] for e in entries if e["label"].startswith("compressed:")))
+    return entries, plan
+
+
+def sweep(a, plan, jobs, done, given, settings, probes, profile_at) -> list:
+    """Every model's profile (before its runs, on this host as they will find it), then the rounds
+    of runs, interleaved, each rate's link probed before its first run; the index written after
+    every run, so that --resume keeps what is done. Returns what ran where."""
+    from workbench.network import parse_rate
+    from workbench.network.calibrate import calibrate as probe_link
+    entries = []
+    for model in plan:
+        if model not in given and not recorded(profile_at, model):
+            profile_at[model] = str(measured_profile(model, a.workers, a.batch, out_dir(a, model), a.compressors.split(",")))
+    total = a.repeats * len(jobs)
+    for i, (model, rate, label, kind, c) in enumerate(j for _ in range(a.repeats) for j in jobs):
+        if (model, rate, kind, i // len(jobs)) in done:
+            entries.append(done[(model, rate, kind, i // len(jobs))])
+            continue
+        if rate not in probes:
+            res = probe_link(a.workers, rate, sizes_mb=(PROBE_MB,), repeats=2)
+            probes[rate] = next(r for r in res["rows"] if r["kind"] == "allreduce")["achieved_bits_per_s"]
+            print(f"link probe {rate}: all-reduce {probes[rate] / 1e6:,.0f} Mbit/s "
+                  f"({probes[rate] / parse_rate(rate):.0%} of the rate)", flush=True)
+        print(f"bandwidth {i + 1}/{total}: {model} at {rate}, {label} ...", flush=True)
+        run = workbench.launch(c, progress=False, check=False)
+        entries.append({"model": model, "rate": rate, "label": label, "kind": kind, "run_dir": str(run.path),
+                        "round": i // len(jobs)})
+        save_index(out_dir(a, model), settings[model], probes, profile_at.get(model), entries, model)
+        suite.progress(row(entries[-1], run, probes))
+    for model in plan:  # kept runs after a model's last new one are in the index too
+        save_index(out_dir(a, model), settings[model], probes, profile_at.get(model), entries, model)
+    return entries
+
+
+def write_reports(a, argv, plan, entries, probes, profile_at, given, done) -> None:
+    """Each model's tables (its rounds merged), predictions and report, and its BENCHMARKS.md section."""
     loaded = [(e, Run(e["run_dir"])) for e in entries]  # each run's summary and records read once
     rounds = max((e.get("round", 0) for e in entries), default=0) + 1
     per_round = [[row(e, r, probes) for e, r in loaded if e.get("round", 0) == i] for i in range(rounds)]
-    rows = report.merge_repeats(per_round, lambda r: (r["model"], r["bandwidth"], r["run"]), ["samples/s"])
+    rows = suite.merge_repeats(per_round, lambda r: (r["model"], r["bandwidth"], r["run"]), ["samples/s"])
     args = [x for x in (argv if argv is not None else []) if x not in ("--from-runs", "--resume")]
     cmd = ("python -m workbench.bench bandwidth " + " ".join(args)).strip() + "   (as root)"
     if done:  # an honest header: part of the rows ran before this invocation
@@ -157,70 +193,32 @@ def main(argv=None) -> None:
         cmd += (f"; its runs started {runs_span(entries)}; tables rebuilt from them with --from-runs on "
                 f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
     for model, rates in plan.items():
-        prof = given.get(model)
-        if prof is None and recorded(profile_at, model):
-            prof = load_profile(profile_at[model], planner_cfg(model, a.workers, a.batch))
-        if prof is None:  # a sweep from before the planner's predictions: profiled now, and said so
-            path = measured_profile(model, a.workers, a.batch, out_of(model), a.compressors.split(","))
-            prof = load_profile(path, planner_cfg(model, a.workers, a.batch))
-            # recorded, so that the next rebuild predicts from the same profile
-            runstore.write_json(out_of(model) / "index.json", {**json.loads((out_of(model) / "index.json").read_text()),
-                                                               "profile": str(path)})
-            cmd += f"; {model}'s profile measured with the rebuild"
-        else:
-            cmd += f"; {model} predicted from its profile of {str(prof.machine.get('measured_at', '?')).replace('T', ' ')[:16]}"
+        prof, said = model_profile(a, model, given, profile_at)
+        cmd += said
         model_rows = [r for r in rows if r["model"] == model]
         tables = model_tables(model, rates, model_rows, a.workers, a.batch, a.steps, rounds,
                               predictions(model, rates, prof, a.workers, a.batch, a.compressors.split(",")),
                               a.compressors.split(","), [[r for r in rs if r["model"] == model] for rs in per_round])
-        path = report.write(out_of(model).name, f"bandwidth sweep: {model}, N={a.workers}", cmd, tables,
-                            [figure(rows, model)], notes=accuracy(tables), out_root=a.out,
-                            benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
+        path = suite.write(out_dir(a, model).name, f"bandwidth sweep: {model}, N={a.workers}", cmd, tables,
+                           [figure(rows, model)], notes=accuracy(tables), out_root=a.out,
+                           benchmarks_md=suite.ROOT / "BENCHMARKS.md" if a.write else None)
         print("\n\n".join(t.markdown() for t in tables) + f"\n\nreport: {path / 'report.html'}")
 
 
-def recorded(profile_at, model) -> bool:
-    """Whether the sweep's index names a profile of ``model`` that is still on disk."""
-    return bool(profile_at.get(model)) and Path(profile_at[model]).exists()
-
-
-def save_index(out, settings, probes, profile, entries, model) -> None:
-    """What ran where for one model (its runs, link probes, settings and profile): what --resume
-    keeps and --from-runs rebuilds from. Written after every run, atomically: a sweep stopped
-    (or a disk filled) mid-write leaves the previous index, not half of one."""
-    mine = [e for e in entries if e["model"] == model]
-    out.mkdir(parents=True, exist_ok=True)
-    runstore.write_json(out / "index.json", {
-        "settings": settings, "probes": {r: probes[r] for r in dict.fromkeys(e["rate"] for e in mine)},
-        "profile": profile, "runs": mine})
-
-
-def kept_runs(plan, out_of, settings, probes, profile_at) -> dict:
-    """The completed runs of each model's last sweep, by (model, rate, kind, round), for --resume;
-    their link probes go into ``probes``, the sweep's profile into ``profile_at``. A sweep under
-    other settings is refused in one line."""
-    done = {}
-    for model in plan:
-        index = out_of(model) / "index.json"
-        if not index.exists():
-            continue
-        saved = json.loads(index.read_text())
-        # sweeps from before the planner's predictions also recorded their utility-model run's rate;
-        # added rates are more of the same sweep (its other runs kept), fewer would drop measured rows
-        theirs = {k: v for k, v in (saved.get("settings") or {}).items() if k != "calibrate_at"}
-        mine = settings[model]
-        if {**theirs, "rates": None} != {**mine, "rates": None} or not set(theirs.get("rates", ())) <= set(mine["rates"]):
-            raise SystemExit(f"error: --resume: {index} is a sweep with other settings ({saved.get('settings')}), "
-                             f"not {mine}; rerun without --resume")
-        added = [r for r in mine["rates"] if r not in theirs["rates"]]
-        if added:
-            print(f"resume {model}: adds the rates {', '.join(added)} to its sweep of {', '.join(theirs['rates'])}", flush=True)
-        probes.update(saved["probes"])
-        profile_at[model] = saved.get("profile")
-        kept = [e for e in saved["runs"] if e["kind"] != "calibration" and Run(e["run_dir"]).status == "completed"]
-        done.update({(e["model"], e["rate"], e["kind"], e.get("round", 0)): e for e in kept})
-        print(f"resume {model}: {len(kept)} completed runs kept from {index}", flush=True)
-    return done
+def model_profile(a, model, given, profile_at):
+    """The profile ``model``'s predictions come from (given, recorded in its index, or measured now
+    for a sweep recorded without one) and what the report's command line says of it."""
+    prof = given.get(model)
+    if prof is None and recorded(profile_at, model):
+        prof = load_profile(profile_at[model], planner_cfg(model, a.workers, a.batch))
+    if prof is None:  # a sweep recorded without the planner's predictions: profiled now, and said so
+        out = out_dir(a, model)
+        path = measured_profile(model, a.workers, a.batch, out, a.compressors.split(","))
+        prof = load_profile(path, planner_cfg(model, a.workers, a.batch))
+        # recorded, so that the next rebuild predicts from the same profile
+        runstore.write_json(out / "index.json", {**json.loads((out / "index.json").read_text()), "profile": str(path)})
+        return prof, f"; {model}'s profile measured with the rebuild"
+    return prof, f"; {model} predicted from its profile of {str(prof.machine.get('measured_at', '?')).replace('T', ' ')[:16]}"
 
 
 def accuracy(tables) -> str:
@@ -240,15 +238,6 @@ def accuracy(tables) -> str:
         out += (f" Crossovers located by the sweep: {len(cross)} of {len(tables[2].rows)}; within 20 % of the measured "
                 f"one: {within('predicted / measured')} as predicted, {within('read / measured')} read at the sweep's rates.")
     return out
-
-
-def runs_span(entries) -> str:
-    """When the runs started, first to last, from their directories (``runs/<date>/<time>_…``)."""
-    stamps = sorted(f"{Path(e['run_dir']).parent.name} {Path(e['run_dir']).name[:8].replace('-', ':')}" for e in entries)
-    if not stamps:
-        return "?"
-    last = stamps[-1][11:16] if stamps[-1][:10] == stamps[0][:10] else f" {stamps[-1][:16]}"
-    return f"{stamps[0][:16]}–{last} UTC"
 
 
 def speed_ups(rows, comp) -> list:
@@ -299,13 +288,13 @@ def model_tables(model, rates, model_rows, workers, batch, steps, rounds, pred, 
                         "stanza / ps": round(by["stanza"] / by["ps"], 2) if by.get("stanza") and by.get("ps") else None,
                         "powersgd / sync": round(by["powersgd"] / by["sync"], 2) if by.get("powersgd") and by.get("sync") else None})
     cols = ["model", "bandwidth", "link", "run", "samples/s"] + (["samples/s spread", "repeats"] if rounds > 1 else []) + ["vs sync", "predicted samples/s", "error", "status"]
-    return [report.Table(f"sweep_N{workers}", f"samples/s per paradigm and link rate, N = {workers} workers, batch "
+    return [suite.Table(f"sweep_N{workers}", f"samples/s per paradigm and link rate, N = {workers} workers, batch "
                          f"{batch} per worker, {steps} steps (link: all-reduce bus bandwidth the probe achieved, "
                          "of the rate; predicted: the planner's model from the sweep's profile)", model_rows, cols),
-            report.Table(f"winners_N{workers}", "Where each paradigm wins (comm/compute: predicted ring all-reduce "
+            suite.Table(f"winners_N{workers}", "Where each paradigm wins (comm/compute: predicted ring all-reduce "
                          "time over backward compute time, the quantity that maps a rate here onto a paper's network)",
                          winners),
-            report.Table(f"crossover_N{workers}", "Compression crossover: the link rate below which the compressor "
+            suite.Table(f"crossover_N{workers}", "Compression crossover: the link rate below which the compressor "
                          "beats sync, measured vs predicted by the planner's model (a crossover between two rates is known "
                          "only to lie between them: the measured one is read log-linearly between the two "
                          "rates, and so is the model's 'read at the sweep's rates')", crossings)]
@@ -314,7 +303,7 @@ def model_tables(model, rates, model_rows, workers, batch, steps, rounds, pred, 
 def row(entry, run, probes) -> dict:
     from workbench.network import parse_rate
     ok = run.status == "completed"  # a run killed before its summary has none
-    sps = report.samples_per_s(run) if ok else None
+    sps = suite.samples_per_s(run) if ok else None
     return {"model": entry["model"], "bandwidth": entry["rate"], "run": entry["label"], "kind": entry["kind"],
             "link": f"{probes[entry['rate']] / parse_rate(entry['rate']):.0%}",
             "samples/s": round(sps, 2) if sps else None, "status": run.status or "no summary"}
@@ -342,7 +331,7 @@ def measured_profile(model, workers, batch, out, compressors) -> Path:
 
 
 def planner_overrides(model, batch) -> list:
-    return [f"model={model}", *report.data_overrides(model, batch)]
+    return [f"model={model}", *suite.data_overrides(model, batch)]
 
 
 def load_profile(path, cfg):

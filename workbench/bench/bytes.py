@@ -17,8 +17,8 @@ others on CIFAR-size synthetic data, 3×32×32, 10 classes):
   2(N−1)/N, all-gather N−1, plus the 8-byte length every all-gather exchanges first so that unequal
   payloads never hang); each run with the compressor's ``bench_overrides`` (the sparsifiers keep 1 %).
 
-Each trainer says which runs it contributes (``bench_variants``) and its analytic count
-(``analytic_bytes``): a new trainer or compressor joins this suite without an edit here.
+Each trainer's spec (:class:`workbench.spec.ParadigmSpec`) says which runs it contributes
+(``bench_variants``) and its analytic count (``analytic_bytes``): a new trainer or compressor joins this suite without an edit here.
 
 Measured = worker rank 0's metered bytes per training step (``ranks/rank0.jsonl``), the first two
 steps left out (DDP rebuilds its buckets after step 1; PowerSGD compresses from step 2 on). Sent and
@@ -33,10 +33,10 @@ import json
 from pathlib import Path
 
 import workbench
-from workbench.bench import report
+from workbench.bench import suite
 from workbench.compress import COMPRESSORS
 from workbench.config import validate
-from workbench.trainers import TRAINERS
+from workbench.trainers import SPECS
 
 MODELS = ("small_cnn", "alexnet", "vgg16", "resnet18")
 
@@ -65,20 +65,20 @@ def param_shapes(run) -> list:
 
 
 def analytic_sent(run) -> float:
-    """The trainer's own count (:meth:`Trainer.analytic_bytes`) of the bytes a worker sends per step."""
-    return TRAINERS[run.config.trainer.name].analytic_bytes(run.config, run.summary, param_shapes(run))
+    """The trainer's own count (``ParadigmSpec.analytic_bytes``) of the bytes a worker sends per step."""
+    return SPECS[run.config.trainer.name].analytic_bytes(run.config, run.summary, param_shapes(run))
 
 
 def runs_for(N: int, compressors) -> list:
     """(label, kind, overrides) of one model's runs: every registered trainer's bytes variants
-    (:meth:`Trainer.bench_variants`), those with a compressor only for the ``compressors`` asked and
+    (``ParadigmSpec.bench_variants``), those with a compressor only for the ``compressors`` asked and
     in their order; ``kind`` is the compressor's name for those, else the trainer's."""
     compressors = list(compressors)
     first = ["sync", "ps", "stanza"]  # the reference rows first, as in BENCHMARKS.md
     out = []
-    for name in sorted(TRAINERS, key=lambda t: (first.index(t) if t in first else len(first), t)):
+    for name in sorted(SPECS, key=lambda t: (first.index(t) if t in first else len(first), t)):
         plain, compressed = [], []
-        for label, ov in TRAINERS[name].bench_variants(N):
+        for label, ov in SPECS[name].bench_variants(N):
             picked = [o.split("=", 1)[1] for o in ov if o.startswith("compressor=")]
             if not picked:
                 plain.append((label, name, ov))
@@ -89,7 +89,7 @@ def runs_for(N: int, compressors) -> list:
 
 
 def main(argv=None) -> None:
-    p = report.parser("bytes", __doc__, "small_cnn, 2 workers, 3 compressors")
+    p = suite.parser("bytes", __doc__, "small_cnn, 2 workers, 3 compressors")
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--workers", type=int, default=4, help="N")
     p.add_argument("--batch", type=int, default=4, help="samples per worker per step (Stanza's activations scale with it)")
@@ -99,17 +99,18 @@ def main(argv=None) -> None:
     if a.tiny:
         a.models, a.workers, a.compressors = "small_cnn", 2, "none,topk,powersgd"
     models = a.models.split(",")
-    suite = f"bytes-{a.workers}w"  # one report per N: a run at another N does not overwrite it
-    out = Path(a.out) / suite
+    report_dir = f"bytes-{a.workers}w"  # one report per N: a run at another N does not overwrite it
+    out = Path(a.out) / report_dir
     rows, jobs = [], []
     for model in models:
         for label, _, ov in runs_for(a.workers, a.compressors.split(",")):
-            cfg = workbench.compose(ov + report.data_overrides(model, a.batch) + [
+            cfg = workbench.compose(ov + suite.data_overrides(model, a.batch) + [
                 f"model={model}", f"trainer.max_steps={a.steps}", "trainer.eval_every=100000", "trainer.progress=false",
                 "cluster.timeout_s=600", f"output_root={out / 'runs'}"])
             validate(cfg)  # every run's config, before the first one starts
             jobs.append((model, label, cfg))
-    for model, label, cfg in jobs:
+    for i, (model, label, cfg) in enumerate(jobs, 1):
+        print(f"bytes {i}/{len(jobs)}: {model} {label} ...", flush=True)
         run = workbench.launch(cfg, progress=False, check=False)
         if run.summary.get("status") != "completed":
             rows.append({"model": model, "run": label, "status": run.summary.get("status")})
@@ -121,7 +122,7 @@ def main(argv=None) -> None:
                      "measured/analytic": round(m["sent"] / an, 4) if an else None,
                      "recv_B": round(m["recv"]), "control_B": round(m["control"]),
                      "status": "completed"})
-        report.progress(rows[-1])
+        suite.progress(rows[-1])
     for r in rows:  # reductions against the PS and the ring of the same model
         ref = {x["run"].split(" ")[0]: x.get("sent_B") for x in rows if x["model"] == r["model"]}
         if r.get("sent_B"):
@@ -129,13 +130,13 @@ def main(argv=None) -> None:
             r["ring/this"] = round(ref["sync"] / r["sent_B"], 2) if ref.get("sync") else None
     cols = ["model", "run", "N", "sent_B", "analytic_sent_B", "measured/analytic", "recv_B", "control_B",
             "PS/this", "ring/this", "status"]
-    t = report.Table(f"bytes_N{a.workers}", f"Bytes per worker per step, N = {a.workers}, batch {a.batch} per worker "
+    t = suite.Table(f"bytes_N{a.workers}", f"Bytes per worker per step, N = {a.workers}, batch {a.batch} per worker "
                      f"(B = bytes; PS/this and ring/this: how many times fewer bytes than the PS and the ring)", rows, cols)
     cmd = ("python -m workbench.bench bytes " + " ".join(argv if argv is not None else [])).strip()
     exact = sum(1 for r in rows if r.get("sent_B") is not None and r["sent_B"] == r.get("analytic_sent_B"))
     note = f"Measured equals analytic to the byte in {exact} of {sum(1 for r in rows if r.get('sent_B') is not None)} runs."
-    path = report.write(suite, f"bytes per worker per step, N={a.workers}", cmd, [t], [figure(rows)], notes=note, out_root=a.out,
-                        benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
+    path = suite.write(report_dir, f"bytes per worker per step, N={a.workers}", cmd, [t], [figure(rows)], notes=note, out_root=a.out,
+                        benchmarks_md=suite.ROOT / "BENCHMARKS.md" if a.write else None)
     print(f"\n{t.markdown()}\n\nreport: {path / 'report.html'}")
 
 

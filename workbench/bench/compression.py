@@ -35,7 +35,7 @@ import statistics
 from pathlib import Path
 
 import workbench
-from workbench.bench import report
+from workbench.bench import suite
 from workbench.compress import COMPRESSORS
 from workbench.config import validate
 from workbench.perfmodel.profile import Profile
@@ -49,7 +49,7 @@ COLS = ["compressor", "collective", "ratio", "payload KiB/step", "sent KiB/step"
 
 
 def configs(model: str, nproc: int, steps: int, compressors, overrides, output_root: Path) -> dict:
-    base = ["trainer=compressed", f"model={model}", *report.data_overrides(model, 16, 1024), f"cluster.nproc={nproc}",
+    base = ["trainer=compressed", f"model={model}", *suite.data_overrides(model, 16, 1024), f"cluster.nproc={nproc}",
             f"trainer.max_steps={steps}", "trainer.profile_skip=3", "trainer.eval_every=100000",
             "trainer.progress=false", "cluster.timeout_s=900", "optim.lr=0.01", f"output_root={output_root}",
             "name=${compressor.name}_${model.name}_${data.name}"]
@@ -73,8 +73,8 @@ def profiled(cfgs: dict, nproc: int, path: Path):
 def predictions(prof, cfgs: dict, nproc: int) -> dict:
     """The planner's row (``plan.predict_rows``) of each run on loopback, by compressor."""
     from workbench.plan import LOOPBACK, Variant, predict_rows
-    from workbench.trainers import TRAINERS
-    vs = [Variant("compressed", [], cfg, name, *TRAINERS["compressed"].perf_model(cfg)) for name, cfg in cfgs.items()]
+    from workbench.trainers import SPECS
+    vs = [Variant("compressed", [], cfg, name, *SPECS["compressed"].perf_model(cfg)) for name, cfg in cfgs.items()]
     return {r["paradigm"]: r for r in predict_rows(prof, {nproc: vs}, [LOOPBACK], 5e-5)}
 
 
@@ -150,7 +150,7 @@ def figure(rows, model):
 
 def main(argv=None) -> None:
     argv = list(argv) if argv is not None else []
-    p = report.parser("compression", __doc__, "small_cnn on the digits, 2 processes, 5 compressors, 6 steps")
+    p = suite.parser("compression", __doc__, "small_cnn on the digits, 2 processes, 5 compressors, 6 steps")
     p.add_argument("overrides", nargs="*", help="Hydra overrides for every run")
     p.add_argument("--models", default="resnet18,vgg16")
     p.add_argument("--nproc", type=int, default=4)
@@ -174,7 +174,7 @@ def main(argv=None) -> None:
         plan[model] = (out, configs(model, a.nproc, a.steps, names, a.overrides, out))
         for cfg in plan[model][1].values():
             validate(cfg)  # every run's config, before the first one starts
-    from workbench.runs import Run
+    from workbench.runs.handle import Run
     for model, (out, cfgs) in plan.items():
         index = out / "index.json"
         if a.from_runs:
@@ -196,28 +196,36 @@ def main(argv=None) -> None:
                 # each round after its own profile: this host's speed drifts within the hour, and a
                 # prediction is compared with the runs of the same minutes (as the planner suite does)
                 profiles.append(profiled(cfgs, a.nproc, out / f"profile-r{i + 1}.json"))
-                for name, cfg in cfgs.items():
-                    print(f"{model}: {name}" + (f" (round {i + 1} of {a.repeats})" if a.repeats > 1 else "") + " ...",
-                          flush=True)
+                for j, (name, cfg) in enumerate(cfgs.items(), i * len(cfgs) + 1):
+                    print(f"compression {j}/{a.repeats * len(cfgs)}: {model} {name}"
+                          + (f" (round {i + 1} of {a.repeats})" if a.repeats > 1 else "") + " ...", flush=True)
                     runs[name].append(workbench.launch(cfg, progress=False, check=False))
                     index.write_text(json.dumps({"command": command, "profiles": [
                         str(out / f"profile-r{k + 1}.json") for k in range(len(profiles))], "runs": {
                         n: [str(r.path) for r in v] for n, v in runs.items() if v}}, indent=2))
+                    finished(model, name, i + 1, runs[name][-1])
         rows = rows_of(runs, profiles, cfgs)
         rounds = max(len(v) for v in runs.values())
         cols = COLS if rounds == 1 else COLS[:7] + ["spread"] + COLS[7:]
-        t = report.Table(f"compression_{model}_{a.nproc}", f"{model}, {a.nproc} processes, batch 16 per rank, "
+        t = suite.Table(f"compression_{model}_{a.nproc}", f"{model}, {a.nproc} processes, batch 16 per rank, "
                          f"{a.steps} steps per compressor (medians after 3 warm-up steps)"
                          + (f", {rounds} interleaved rounds (spread: max − min of the rounds' medians)" if rounds > 1 else ""),
                          rows, cols)
         prof = profiles[0] if profiles else None
-        notes = (f"Model vs measured: {report.within(rows, 'error')}. The model is the planner's "
+        notes = (f"Model vs measured: {suite.within(rows, 'error')}. The model is the planner's "
                  f"(docs/planner.md), from a profile per round"
                  + (f" (round 1's finished {prof.machine.get('measured_at')}, load average "
                     f"{(prof.machine.get('load_average') or [float('nan')])[0]:.1f})" if prof is not None else "") + ".")
-        path = report.write(out.name, f"compression: {model}, N={a.nproc}", command, [t], [figure(rows, model)],
-                            notes=notes, out_root=a.out, benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
+        path = suite.write(out.name, f"compression: {model}, N={a.nproc}", command, [t], [figure(rows, model)],
+                            notes=notes, out_root=a.out, benchmarks_md=suite.ROOT / "BENCHMARKS.md" if a.write else None)
         print(f"\n{t.markdown()}\n\n{notes}\nreport: {path / 'report.html'}", flush=True)
+
+
+def finished(model: str, compressor: str, round_: int, run) -> None:
+    """One line per finished run (the table's row needs every round's profile, so it comes at the end)."""
+    status = run.summary.get("status")
+    suite.progress({"model": model, "compressor": compressor, "round": round_, "status": status,
+                    "samples/s": suite.samples_per_s(run) if status == "completed" else None})
 
 
 if __name__ == "__main__":

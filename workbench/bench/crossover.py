@@ -7,15 +7,15 @@
     python -m workbench.bench crossover --models small_cnn --workers 2 --write   # a core per rank: a section of its own
     python -m workbench.bench crossover --errors experiments/crossover-rounds/small_cnn-N3-b16.json   # each run vs the model
     python -m workbench.bench crossover --models small_cnn --repeats 8 --resume --rounds experiments/crossover-rounds/xeon-host --host xeon-spr --write   # another machine: its own section
-    python -m workbench.bench crossover --models small_cnn --workers 2 --pin --rounds experiments/crossover-rounds/xeon-host-pinned-batch --host xeon-spr-pinned --write   # ranks pinned (cluster.pin)
+    python -m workbench.bench crossover --models small_cnn --workers 2 --pin --rounds experiments/crossover-rounds/xeon-host-pinned-batch --host xeon-spr-pinned --write   # ranks pinned (testbed.pin)
 
-Issue 13's target is that every measured crossover (the link rate below which a compressor beats
-``sync``) lies within 20 % of its prediction. The planner suite reads measured crossovers between
+The planner's target is that every measured crossover (the link rate below which a compressor
+beats ``sync``) lies within 20 % of its prediction. The planner suite reads measured crossovers between
 rates a factor 4–5 apart (200 Mbit/s, 1 and 4 Gbit/s), log-linearly: a speed-up is not log-linear
 over such a gap, and the model's own curve read that way moves its crossover by up to 30 %
 (docs/planner.md), so that table cannot settle the target. This suite asks the question the target
-asks, at the rates it names. Round by round, from a fresh profile (this host's speed moves by
-20 % within an hour), it predicts each compressor's crossover ``c`` on this host's
+asks, at the rates it names. Round by round, from a fresh profile (a host's speed drifts
+within an hour), it predicts each compressor's crossover ``c`` on this host's
 emulated links (``plan.emulated_crossover_bps``), then runs ``sync`` and the compressor side by side
 behind links of ``c/1.2`` and ``c·1.2`` (rounded inwards to whole Mbit/s), each pair interleaved
 (which goes first alternates). The measured crossover lies within 20 % of the prediction exactly
@@ -36,15 +36,15 @@ import os
 import statistics
 from pathlib import Path
 
-from workbench.bench import report
+from workbench.bench import suite
 
 MODELS = ("small_cnn", "resnet18")
 WORKERS = 3
 TOLERANCE = 1.2  # the target: the measured crossover within 20 % of the prediction, either way
 
 
-def main(argv=None) -> None:
-    p = report.parser("crossover", __doc__, "small_cnn, 2 ranks, signSGD, one round")
+def parser():
+    p = suite.parser("crossover", __doc__, "small_cnn, 2 ranks, signSGD, one round")
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--workers", type=int, default=WORKERS, help="processes per run (cluster.nproc)")
     p.add_argument("--batch", type=int, default=16, help="samples per worker per step")
@@ -55,19 +55,37 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", default=None, help="where the pairs are stored (default <out>/crossover/rounds)")
     p.add_argument("--host", default="", help="a label for the machine the rounds are taken on, when it is not the "
                    "usual one (e.g. xeon-spr): its own section and report directory")
-    p.add_argument("--pin", action="store_true", help="each rank pinned to its own cores (cluster.pin=true), in "
+    p.add_argument("--pin", action="store_true", help="each rank pinned to its own cores (testbed.pin=true), in "
                    "the profile and the runs alike; with --resume, rounds stored the other way are refused")
     p.add_argument("--errors", nargs="+", metavar="FILE", help="runs nothing: every stored run in these rounds "
                    "files against today's model's prediction from its round's profile, one line each")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> None:
+    a = parser().parse_args(argv)
     if a.errors:
         return print_errors([Path(f) for f in a.errors])
     if a.tiny:
         a.models, a.workers, a.only, a.repeats = "small_cnn", 2, a.only or "signsgd", 1
+    rng, only = checked(a)
+    from workbench.plan import check_verifiable
+    check_verifiable(["emulated:1gbit"])
+    out = Path(a.out) / "crossover"
+    store = Path(a.rounds) if a.rounds else out / "rounds"
+    rows = []
+    for model in a.models.split(","):
+        rows += measure_model(model, a.workers, a.batch, only, a.repeats, rng, store, out, a.resume, a.pin)
+    write(a, argv, rows)
+
+
+def checked(a):
+    """The arguments checked before anything runs (one ConfigError each): the --range in bits/s and
+    the --only compressors."""
     from workbench.core import ConfigError
     if a.workers < 2:
         raise ConfigError(f"invalid value {a.workers!r} for --workers: a crossover needs at least 2 ranks")
-    report.check_host(a.host)
+    suite.check_host(a.host)
     if a.repeats < 1:
         raise ConfigError(f"invalid value {a.repeats!r} for --repeats: must be >= 1")
     from workbench.network import parse_rate
@@ -84,13 +102,11 @@ def main(argv=None) -> None:
     unknown = [m for m in a.models.split(",") if m not in REGISTERED]
     if unknown:
         raise ConfigError(f"unknown model {unknown[0]!r} for --models; choose from {', '.join(REGISTERED)}")
-    from workbench.plan import check_verifiable
-    check_verifiable(["emulated:1gbit"])
-    out = Path(a.out) / "crossover"
-    store = Path(a.rounds) if a.rounds else out / "rounds"
-    rows = []
-    for model in a.models.split(","):
-        rows += measure_model(model, a.workers, a.batch, only, a.repeats, rng, store, out, a.resume, a.pin)
+    return rng, only
+
+
+def write(a, argv, rows: list) -> None:
+    """The table, its notes (how many crossovers lie within 20 %, the host's load), the report."""
     tested = [r for r in rows if r["_verdict"] is not None]
     within = [r for r in tested if r["_verdict"] == "within 20 %"]
     unanimous = [r for r in within if r["_agree"] == r["_rounds"]]
@@ -106,7 +122,7 @@ def main(argv=None) -> None:
     cols = ["model", "compressor", "predicted crossover", "rates tested (Mbit/s)", "predicted speed-up there",
             "measured speed-up there", "spread (min–max)", "rounds", "verdict", "rounds agreeing",
             "measured / predicted"]
-    t = report.Table(f"crossover_N{a.workers}", f"Compression crossover tested at the prediction: {a.workers} ranks, "
+    t = suite.Table(f"crossover_N{a.workers}", f"Compression crossover tested at the prediction: {a.workers} ranks, "
                      f"batch {a.batch} per worker, each rank behind its own emulated link; speed-up = sync's step "
                      f"÷ the compressor's, measured in interleaved pairs, median of the rounds (each after its own profile, "
                      f"at its own prediction c ÷ 1.2 and × 1.2)",
@@ -119,10 +135,10 @@ def main(argv=None) -> None:
         parts.append((f"{a.workers} ranks", f"{a.workers}ranks"))
     if a.host:  # another machine's rounds: its profile, its regime, its own section
         parts.append((f"on {a.host}", f"on-{a.host}"))
-    path = report.write("-".join(["crossover", *(d for _, d in parts)]),
+    path = suite.write("-".join(["crossover", *(d for _, d in parts)]),
                         ", ".join(["Crossover tested at the prediction", *(t for t, _ in parts)]),
                         cmd, [t], notes=notes, out_root=a.out,
-                        benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
+                        benchmarks_md=suite.ROOT / "BENCHMARKS.md" if a.write else None)
     print(f"\n{t.markdown()}\n\n{notes}\n\nreport: {path / 'report.html'}")
 
 
@@ -157,7 +173,7 @@ def run_errors(path: Path) -> list:
     either side's step). Rows: round, compressor, rate, paradigm, measured and predicted step (s)."""
     import tempfile
 
-    from workbench import runstore
+    from workbench.runs import store as runstore
     from workbench.perfmodel.profile import Profile
     from workbench.plan import LOOPBACK, _plan_rows, predict_rows
     unit = runstore.read_json(path) or {}
@@ -166,7 +182,7 @@ def run_errors(path: Path) -> list:
         if not rnd.get("pairs"):
             continue
         prof = Profile.from_json(rnd["profile"])
-        ov = [f"model={prof.model}", *report.data_overrides(prof.model, prof.batch)]
+        ov = [f"model={prof.model}", *suite.data_overrides(prof.model, prof.batch)]
         labels = ["sync"] + [f"compressed/{c}" for c in rnd["pairs"]]
         with tempfile.TemporaryDirectory() as tmp:
             _, (vs, prof) = _plan_rows(ov, [LOOPBACK], [prof.ranks], prof, 1.0, "50us", labels, tmp,
@@ -237,8 +253,8 @@ def print_errors(paths: list) -> None:
 
 
 def check_stored_pinning(unit: dict, pin: bool, path: Path) -> None:
-    """Rounds stored with their ranks pinned the other way are not resumed into (``report.check_pinned``)."""
-    report.check_pinned({k: r["profile"].get("machine", {})
+    """Rounds stored with their ranks pinned the other way are not resumed into (``suite.check_pinned``)."""
+    suite.check_pinned({k: r["profile"].get("machine", {})
                          for k, r in sorted(unit["rounds"].items(), key=lambda kv: int(kv[0]))}, pin, path, "rounds")
 
 
@@ -263,22 +279,13 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
     """One model, round by round: a fresh profile (or the round's stored one), each compressor's
     predicted crossover from it and, for those in ``rng``, the interleaved pairs at that round's
     bracket; the table's rows. A profile per round, because one profile does not hold for the
-    hour its pairs take: the first sitting, with one, predicted ``sync`` 11–40 % slow at every
-    rate tested and so put the crossovers high (docs/planner.md)."""
-    from workbench import runstore
-    from workbench.bench.bandwidth import finite
+    hour its pairs take (docs/notes/2026-12-06-bench-history.md)."""
+    from workbench.runs import store as runstore
     from workbench.perfmodel.profile import Profile
-    from workbench.plan import (
-        LOOPBACK,
-        _plan_rows,
-        emulated_crossover_bps,
-        predict_rows,
-        verify_steps,
-        verify_variant,
-    )
+    from workbench.plan import LOOPBACK, _plan_rows
     # the profile's ranks are pinned as the runs' are, or not (workbench.dist.pin_rank)
-    ov = [f"model={model}", *report.data_overrides(model, batch), "cluster.timeout_s=600", f"output_root={out / 'runs'}",
-          f"cluster.pin={str(pin).lower()}"]
+    ov = [f"model={model}", *suite.data_overrides(model, batch), "cluster.timeout_s=600", f"output_root={out / 'runs'}",
+          f"testbed.pin={str(pin).lower()}"]
     path = store / f"{model}-N{workers}-b{batch}.json"
     unit = (runstore.read_json(path) if resume else None) or {}
     unit.setdefault("rounds", {})
@@ -298,46 +305,8 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
         ran = rnd is None
         if rnd is None:
             rnd = unit["rounds"][str(k)] = {"profile": prof.to_json(), "pairs": {}}
-        by = {v.label: v for v in vs[workers]}
-        sync = by["sync"]
-        for label, v in by.items():
-            if not label.startswith("compressed/") or v.cfg.compressor.name == "none":
-                continue
-            name = v.cfg.compressor.name
-            c = emulated_crossover_bps(sync.cfg, prof, workers, name)
-            entry = {"c": c}
-            per.setdefault(name, []).append(entry)
-            if not finite(c) or not rng[0] <= c <= rng[1]:
-                continue
-            rates = brackets(c)
-            pred = {(r["paradigm"], r["bandwidth"]): r["predicted_step_s"]
-                    for r in predict_rows(prof, {workers: [sync, v]}, rates, 5e-5)}
-            pair = rnd["pairs"].setdefault(name, {})
-            if any(pair.get(side, {}).get("rate", b) != b for side, b in zip(("lower", "upper"), rates)):
-                # a pair tests the prediction its rates were chosen for: the model has changed since
-                print(f"crossover: {model} {name}, round {k}: its pairs were measured for another prediction than "
-                      f"today's model makes from the round's profile; left out (measure into another --rounds)")
-                entry["stale"] = True
-                continue
-            entry["predicted"] = [pred[("sync", b)] / pred[(label, b)] for b in rates]
-            entry["pair"] = pair
-            for i, (side, bw) in enumerate(zip(("lower", "upper"), rates)):
-                if side in pair:
-                    continue
-                # which of the pair goes first alternates, so a host drifting within the pair
-                # favours neither side over the rounds
-                got = {}
-                for var in [sync, v][:: 1 if (k + i) % 2 else -1]:
-                    print(f"crossover: {model} {var.label} at {bw}, round {k} ...", flush=True)
-                    m = verify_variant(var, out / "runs", bw=bw,
-                                       steps=verify_steps(min(pred[("sync", bw)], pred[(label, bw)])))
-                    got[var.label] = m.get("measured_step_s")
-                if None in got.values():
-                    print(f"crossover: {model} {name} at {bw}: a run did not complete; left out")
-                    continue
-                pair[side] = {"rate": bw, "sync_s": got["sync"], "compressor_s": got[label]}
-                ran = True
-                runstore.write_json(path, unit)
+        ran = measure_round(model, f"{k}/{repeats}", k, {v.label: v for v in vs[workers]}, prof, workers, rng, rnd,
+                            per, out, lambda: runstore.write_json(path, unit)) or ran
         if ran:  # the host's load as the round's measurements ended (a stored round keeps its own)
             rnd["load"] = [round(x, 2) for x in os.getloadavg()]
         runstore.write_json(path, unit)
@@ -346,8 +315,62 @@ def measure_model(model, workers, batch, only, repeats, rng, store: Path, out: P
     for name, entries in per.items():
         row = {"model": model, "compressor": name, **scored(entries), "_loads": loads}
         rows.append(row)
-        report.progress({k: v_ for k, v_ in row.items() if not k.startswith("_")})
+        suite.progress({k: v_ for k, v_ in row.items() if not k.startswith("_")})
     return rows
+
+
+def measure_round(model, which, k, by, prof, workers, rng, rnd, per, out: Path, save) -> bool:
+    """Round ``k`` (``which``: "k/N"): each compressor's crossover predicted from the round's
+    profile (an entry of ``per``) and, where it lies in ``rng``, its pair of runs at the bracket
+    measured unless ``rnd`` holds it (``save`` after each rate). Whether anything ran."""
+    from workbench.bench.bandwidth import finite
+    from workbench.plan import emulated_crossover_bps, predict_rows
+    sync, ran = by["sync"], False
+    for label, v in by.items():
+        if not label.startswith("compressed/") or v.cfg.compressor.name == "none":
+            continue
+        name = v.cfg.compressor.name
+        c = emulated_crossover_bps(sync.cfg, prof, workers, name)
+        entry = {"c": c}
+        per.setdefault(name, []).append(entry)
+        if not finite(c) or not rng[0] <= c <= rng[1]:
+            continue
+        rates = brackets(c)
+        pred = {(r["paradigm"], r["bandwidth"]): r["predicted_step_s"]
+                for r in predict_rows(prof, {workers: [sync, v]}, rates, 5e-5)}
+        pair = rnd["pairs"].setdefault(name, {})
+        if any(pair.get(side, {}).get("rate", b) != b for side, b in zip(("lower", "upper"), rates)):
+            # a pair tests the prediction its rates were chosen for: the model has changed since
+            print(f"crossover: {model} {name}, round {k}: its pairs were measured for another prediction than "
+                  f"today's model makes from the round's profile; left out (measure into another --rounds)")
+            entry["stale"] = True
+            continue
+        entry["predicted"] = [pred[("sync", b)] / pred[(label, b)] for b in rates]
+        entry["pair"] = pair
+        for i, (side, bw) in enumerate(zip(("lower", "upper"), rates)):
+            if side in pair:
+                continue
+            got = measure_pair(model, which, k + i, sync, v, bw, pred, out)
+            if None in got.values():
+                print(f"crossover: {model} {name} at {bw}: a run did not complete; left out")
+                continue
+            pair[side] = {"rate": bw, "sync_s": got["sync"], "compressor_s": got[label]}
+            ran = True
+            save()
+    return ran
+
+
+def measure_pair(model, which, parity, sync, v, bw, pred, out: Path) -> dict:
+    """``sync`` and the compressor's variant ``v`` at ``bw``, one after the other: each one's
+    measured step (None where its run did not complete). Which goes first alternates with
+    ``parity``, so a host drifting within the pair favours neither side over the rounds."""
+    from workbench.plan import verify_steps, verify_variant
+    got = {}
+    for var in [sync, v][:: 1 if parity % 2 else -1]:
+        print(f"crossover: {model} {var.label} at {bw}, round {which} ...", flush=True)
+        m = verify_variant(var, out / "runs", bw=bw, steps=verify_steps(min(pred[("sync", bw)], pred[(v.label, bw)])))
+        got[var.label] = m.get("measured_step_s")
+    return got
 
 
 def scored(entries: list) -> dict:

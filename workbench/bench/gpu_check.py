@@ -41,6 +41,7 @@ def main(argv=None) -> int:
     import workbench
     from workbench.core import ConfigError
     from workbench.dist import check_gpus_for_nccl
+    from workbench.spec import spec_of
     from workbench.trainers import TRAINERS
     if not a.cpu and not torch.cuda.is_available():
         print("gpu-check: no CUDA device on this machine; nothing to check (use --cpu for a CPU smoke run)")
@@ -55,7 +56,7 @@ def main(argv=None) -> int:
                 overrides = [f"trainer={name}", f"model={a.model}", f"cluster.nproc={nproc}",
                              f"trainer.max_steps={a.steps}", f"trainer.eval_every={a.steps}", f"output_root={tmp}",
                              "trainer.progress=false", "cluster.timeout_s=120", *extra,
-                             *TRAINERS[name].smoke_overrides(nproc)]
+                             *spec_of(name).smoke_overrides(nproc)]
                 cfg = workbench.compose(overrides)
                 n = cfg.cluster.nproc
                 label = f"{n} rank{'s' if n > 1 else ''}, {where}"

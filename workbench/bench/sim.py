@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workbench.bench import report
+from workbench.bench import suite
 from workbench.perfmodel.collectives import GBIT
 
 TITLE = "Simulator: small-λ validation and the papers' scale"
 
 
 def main(argv=None) -> None:
-    p = report.parser("sim", __doc__, "λ = 2, 30 steps, the small CNN throughout")
+    p = suite.parser("sim", __doc__, "λ = 2, 30 steps, the small CNN throughout")
     p.add_argument("--lams", default="2,4,8", help="λ values of the validation (real runs)")
     p.add_argument("--steps", type=int, default=100, help="steps per worker in each validation run")
     p.add_argument("--delay", type=float, default=0.05, help="the straggler's extra seconds per step (validation)")
@@ -45,19 +45,19 @@ def main(argv=None) -> None:
     # 100 Gbit/s: the small CNN's workers, not the server's link, set the pace, as in Rudra's cluster
     tau = papers.rudra_tau(small, lam=30, servers=8, steps=sim_steps, bandwidth=100 * GBIT)
     strag = papers.straggler_throughput(small, steps=sim_steps // 2, bandwidth=100 * GBIT)
-    gpu = papers.profile_with_codecs(a.gpu_model, a.speedup, report.ROOT / "experiments")
+    gpu = papers.profile_with_codecs(a.gpu_model, a.speedup, suite.ROOT / "experiments")
     stanza = papers.stanza_vs_ps(gpu, workers=(16, 32, 64), bandwidth=10 * GBIT)
     cross = papers.crossover_vs_workers(gpu)
     tables = [
-        report.Table("validation", f"1. Validation at λ = {', '.join(map(str, lams))} on this machine: real `trainer=staleness` "
+        suite.Table("validation", f"1. Validation at λ = {', '.join(map(str, lams))} on this machine: real `trainer=staleness` "
                      f"runs ({a.steps} steps per worker) against the simulator fed this machine's profile", val),
-        report.Table("rudra_tau", "2. Rudra's ⟨τ⟩ against n at λ = 30 (simulated; small CNN profile, 100 Gbit/s, "
+        suite.Table("rudra_tau", "2. Rudra's ⟨τ⟩ against n at λ = 30 (simulated; small CNN profile, 100 Gbit/s, "
                      "8 server shards, cv 0.1)", tau),
-        report.Table("straggler", "3. Throughput with one straggler (worker 0, 2x slower) at λ = 30 and 60 "
+        suite.Table("straggler", "3. Throughput with one straggler (worker 0, 2x slower) at λ = 30 and 60 "
                      "(simulated; small CNN profile, 100 Gbit/s, one server, cv 0.1; samples/s until the first worker is done)", strag),
-        report.Table("stanza_vs_ps", f"4. Stanza's best n_f and speed-up over the PS, {a.gpu_model} at 10 Gbit/s, "
+        suite.Table("stanza_vs_ps", f"4. Stanza's best n_f and speed-up over the PS, {a.gpu_model} at 10 Gbit/s, "
                      f"compute ÷{a.speedup:g} ({1e3 * gpu.compute_s(1):.1f} ms per batch of {gpu.batch})", stanza),
-        report.Table("crossover", f"5. Compression crossover against workers, {a.gpu_model}, compute ÷{a.speedup:g}: "
+        suite.Table("crossover", f"5. Compression crossover against workers, {a.gpu_model}, compute ÷{a.speedup:g}: "
                      "each compressor beats all-reduce on links slower than this", cross),
     ]
     ok = [r for r in val if "TV distance" in r]
@@ -78,8 +78,8 @@ def main(argv=None) -> None:
                  "machine, checked only as far as table 1 reaches: the protocol's staleness closely, throughput to "
                  "within the errors above.")
     cmd = "python -m workbench.bench sim " + " ".join(argv if argv is not None else [])
-    path = report.write("sim", TITLE, cmd.strip(), tables, papers.figures(val, tau, cross), notes=notes, out_root=a.out,
-                        benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
+    path = suite.write("sim", TITLE, cmd.strip(), tables, papers.figures(val, tau, cross), notes=notes, out_root=a.out,
+                        benchmarks_md=suite.ROOT / "BENCHMARKS.md" if a.write else None)
     for t in tables:
         print(f"\n{t.caption}\n\n{t.markdown()}")
     print(f"\n{notes}\n\nreport: {path / 'report.html'}")

@@ -14,7 +14,7 @@ optimizer. Each run evaluates every 10 steps on rank 0; "time to target" is the 
 first step (evaluation included) to the first evaluation at or above ``--target``. "samples/s" counts
 every gradient any worker computed per second of rank 0's loop; "updates/s" is the servers'; the τ
 histogram counts applied gradients of staleness 0, 1, 2, … The straggler is worker rank 1, sleeping
-``--delay`` seconds after each of its steps (``cluster.straggler_ranks``/``straggler_delay_s``).
+``--delay`` seconds after each of its steps (``inject.straggler_ranks``/``straggler_delay_s``).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import statistics
 from pathlib import Path
 
 import workbench
-from workbench.bench import report
+from workbench.bench import suite
 
 
 def protocols(lam: int, tiny: bool = False) -> list:
@@ -45,7 +45,7 @@ def protocols(lam: int, tiny: bool = False) -> list:
 
 
 def run_one(label, overrides, nproc, straggler, a, out: Path) -> dict:
-    extra = ["cluster.straggler_ranks=[1]", f"cluster.straggler_delay_s={a.delay}"] if straggler else []
+    extra = ["inject.straggler_ranks=[1]", f"inject.straggler_delay_s={a.delay}"] if straggler else []
     cfg = workbench.compose(overrides + [f"cluster.nproc={nproc}", f"trainer.max_steps={a.max_steps}",
                                          "trainer.eval_every=10", "data.batch_size=16", "trainer.progress=false",
                                          "cluster.timeout_s=300", f"output_root={out / 'runs'}", *extra])
@@ -80,7 +80,7 @@ def merge(rounds: list) -> list:
     for rows in rounds:
         for r in rows:
             hists.setdefault(key(r), []).append([int(c) for c in r["tau_hist"].split()])
-    merged = report.merge_repeats([[{k: v for k, v in r.items() if k not in ("tau_hist", "run")} for r in rows]
+    merged = suite.merge_repeats([[{k: v for k, v in r.items() if k not in ("tau_hist", "run")} for r in rows]
                                    for rows in rounds], key, TIMED)
     for r in merged:
         hs = hists[key(r)]
@@ -110,7 +110,7 @@ def figures(rows, target):
 
 
 def main(argv=None) -> None:
-    p = report.parser("staleness", __doc__, "2 workers, 3 protocols, 20 steps")
+    p = suite.parser("staleness", __doc__, "2 workers, 3 protocols, 20 steps")
     p.add_argument("--workers", type=int, default=4, help="λ, the workers (the PS runs add one server)")
     p.add_argument("--target", type=float, default=0.90, help="target test accuracy")
     p.add_argument("--delay", type=float, default=0.05, help="the straggler's extra seconds per step")
@@ -120,18 +120,21 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     if a.tiny:
         a.workers, a.max_steps, a.target = 2, 20, 0.5
-    suite = f"staleness-{a.workers}w"
-    out = Path(a.out) / suite
+    report_dir = f"staleness-{a.workers}w"
+    out = Path(a.out) / report_dir
     rounds = []
+    total = a.repeats * 2 * len(protocols(a.workers, a.tiny))
     for i in range(a.repeats):  # interleaved: every protocol once per round, so load drifts touch all alike
         rounds.append([])
         for straggler in (False, True):
             for label, ov, nproc in protocols(a.workers, a.tiny):
+                print(f"staleness {i * total // a.repeats + len(rounds[-1]) + 1}/{total}: {label}"
+                      f"{', a straggler' if straggler else ''} ...", flush=True)
                 rounds[-1].append(run_one(label, ov, nproc, straggler, a, out))
-                report.progress(rounds[-1][-1])
+                suite.progress(rounds[-1][-1])
     rows = merge(rounds)
     cmd = "python -m workbench.bench staleness " + " ".join(argv if argv is not None else [])
-    t = report.Table(f"time_lambda{a.workers}", f"λ = {a.workers} workers on the digits, {a.max_steps} steps, "
+    t = suite.Table(f"time_lambda{a.workers}", f"λ = {a.workers} workers on the digits, {a.max_steps} steps, "
                      f"target {a.target:.0%}" + (f", medians of {a.repeats} interleaved rounds (spread: min–max; "
                      "repeats: rounds that reached the target / rounds)" if a.repeats > 1 else ""), rows)
     reached = [r for r in rows if r["time_to_target_s"] is not None]
@@ -139,9 +142,9 @@ def main(argv=None) -> None:
     note = (f"{len(reached)} of {len(rows)} runs reached {a.target:.0%}"
             + (f"; first: {first['protocol']} (straggler: {first['straggler']}) in {first['time_to_target_s']} s, "
                f"{first['MiB_to_target']} MiB sent per worker." if first else "."))
-    path = report.write(suite, f"staleness: time to {a.target:.0%}, λ={a.workers}", cmd.strip(), [t],
+    path = suite.write(report_dir, f"staleness: time to {a.target:.0%}, λ={a.workers}", cmd.strip(), [t],
                         figures(rows, a.target), notes=note, out_root=a.out,
-                        benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
+                        benchmarks_md=suite.ROOT / "BENCHMARKS.md" if a.write else None)
     print(f"\n{t.markdown()}\n\nreport: {path / 'report.html'}")
 
 

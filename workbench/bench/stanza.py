@@ -18,12 +18,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import workbench
-from workbench.bench import report
+from workbench.bench import suite
 from workbench.config import validate
 
 
 def main(argv=None) -> None:
-    p = report.parser("stanza", __doc__, "small_cnn on the digits, N = 3, 4 steps")
+    p = suite.parser("stanza", __doc__, "small_cnn on the digits, N = 3, 4 steps")
     p.add_argument("--model", default="alexnet")
     p.add_argument("--nproc", type=int, default=4, help="N processes: n_c + n_f")
     p.add_argument("--batch", type=int, default=32, help="samples per CONV worker per step")
@@ -32,9 +32,9 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     if a.tiny:
         a.model, a.nproc, a.steps, a.batch = "small_cnn", 3, 4, 16
-    suite = f"stanza-{a.model}-{a.nproc}p"
-    out = Path(a.out) / suite
-    base = [f"model={a.model}", *report.data_overrides(a.model, a.batch, 1024), f"cluster.nproc={a.nproc}",
+    report_dir = f"stanza-{a.model}-{a.nproc}p"
+    out = Path(a.out) / report_dir
+    base = [f"model={a.model}", *suite.data_overrides(a.model, a.batch, 1024), f"cluster.nproc={a.nproc}",
             f"trainer.max_steps={a.steps}", "trainer.eval_every=100000", "trainer.progress=false",
             "cluster.timeout_s=900", f"output_root={out / 'runs'}"]
     cfgs = [workbench.compose(base + ["trainer=stanza", f"trainer.fc_workers={n_f}", "trainer.profile=true"])
@@ -43,26 +43,28 @@ def main(argv=None) -> None:
         validate(c)  # every run's config, before the first one starts
     rounds = []
     for i in range(a.repeats):  # interleaved: each allocation once per round
+        print(f"stanza round {i + 1}/{a.repeats}: {len(cfgs)} runs ...", flush=True)
         rounds.append(sweep(cfgs, a.nproc))
-    rows = report.merge_repeats(rounds, "allocation", ["measured"])
+    rows = suite.merge_repeats(rounds, "allocation", ["measured"])
     for r in rows:  # the error of the medians, not the median of the errors
         if r.get("measured") and r.get("predicted"):
             r["error"] = f"{100 * (r['measured'] / r['predicted'] - 1):+.0f} %"
     cols = ["allocation", "predicted", "predicted (paper's model, docs/papers.md §2)", "measured"]
     cols += ["measured spread", "error", "repeats", "status"] if a.repeats > 1 else ["error", "status"]
-    t = report.Table(f"sweep_{a.model}_{a.nproc}", f"{a.model}, N = {a.nproc} processes, b = {a.batch} per CONV "
+    t = suite.Table(f"sweep_{a.model}_{a.nproc}", f"{a.model}, N = {a.nproc} processes, b = {a.batch} per CONV "
                      f"worker, {a.steps} steps; samples/s (error = measured / predicted − 1)"
                      + (f"; medians of {a.repeats} interleaved rounds, spread: min–max" if a.repeats > 1 else ""), rows, cols)
     cmd = ("python -m workbench.bench stanza " + " ".join(argv if argv is not None else [])).strip()
-    path = report.write(suite, f"stanza allocation sweep: {a.model}, N={a.nproc}", cmd, [t], [figure(rows, a.model)],
-                        notes=f"Predicted vs measured: {report.within(rows, 'error')}.", out_root=a.out, benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
+    path = suite.write(report_dir, f"stanza allocation sweep: {a.model}, N={a.nproc}", cmd, [t], [figure(rows, a.model)],
+                        notes=f"Predicted vs measured: {suite.within(rows, 'error')}.", out_root=a.out, benchmarks_md=suite.ROOT / "BENCHMARKS.md" if a.write else None)
     print(f"\n{t.markdown()}\n\nreport: {path / 'report.html'}")
 
 
 def sweep(cfgs, nproc: int) -> list:
     """One round: every Stanza allocation, then data parallelism on the same processes."""
     rows, dp_pred = [], None
-    for cfg in cfgs[:-1]:
+    for i, cfg in enumerate(cfgs[:-1], 1):
+        print(f"stanza {i}/{len(cfgs)}: n_f = {cfg.trainer.fc_workers} ...", flush=True)
         run = workbench.launch(cfg, progress=False, check=False)
         st = run.summary.get("stanza")
         if run.summary.get("status") != "completed" or not st:
@@ -75,9 +77,10 @@ def sweep(cfgs, nproc: int) -> list:
                      "predicted (paper's model, docs/papers.md §2)": round(st["paper_predicted_by_fc_workers"][str(n_f)], 1),
                      "measured": round(st["measured_steady_samples_per_s"], 1),
                      "error": f"{100 * st['prediction_error']:+.0f} %", "status": "completed"})
-        report.progress(rows[-1])
+        suite.progress(rows[-1])
+    print(f"stanza {len(cfgs)}/{len(cfgs)}: sync x{nproc} ...", flush=True)
     run = workbench.launch(cfgs[-1], progress=False, check=False)
-    dp = report.samples_per_s(run, skip=1) if run.summary.get("status") == "completed" else None
+    dp = suite.samples_per_s(run, skip=1) if run.summary.get("status") == "completed" else None
     if dp:
         rows.append({"allocation": f"sync x{nproc} (data parallel)", "predicted": round(dp_pred, 1) if dp_pred else None,
                      "measured": round(dp, 1), "error": f"{100 * (dp / dp_pred - 1):+.0f} %" if dp_pred else None,

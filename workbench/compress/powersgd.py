@@ -62,6 +62,34 @@ def should_compress(n: int, m: int, rank: int, min_rate: float) -> bool:
     return (n + m) * rank * min_rate < n * m
 
 
+def _views(x, info) -> list:
+    """The bucket ``x`` as its parameters' shapes (views, no copies)."""
+    views, off = [], 0
+    for shape in info.shapes:
+        n = int(torch.Size(shape).numel())
+        views.append(x[off: off + n].view(shape))
+        off += n
+    assert off == x.numel(), f"bucket {info.index}: parameters cover {off} of {x.numel()} elements"
+    return views
+
+
+def _split(views, c):
+    """(matrices to compress, as n x rest; tensors to send whole; P's and Q's element counts)."""
+    compress, plain = [], []
+    p_size = q_size = 0
+    for t in views:
+        mat = t.view(t.shape[0], -1)
+        n, m = mat.shape
+        r = min(n, m, c.rank)
+        if should_compress(n, m, r, c.min_compression_rate):
+            compress.append(mat)
+            p_size += n * r
+            q_size += m * r
+        else:
+            plain.append(t)
+    return compress, plain, p_size, q_size
+
+
 @COMPRESSORS.register("powersgd")
 class PowerSGD(Compressor):
     name = "powersgd"
@@ -101,64 +129,17 @@ class PowerSGD(Compressor):
                   "must be >= 2 with error_feedback or warm_start (DDP rebuilds its buckets after step 1)")
 
     def reduce(self, x, info, ch):
+        """One bucket's step: a plain all-reduce before ``start_iter``; then, with error feedback
+        around the whole, P = M Q, all-reduce P, orthogonalise it, Q = Mᵀ P, all-reduce Q, M ≈ P Qᵀ
+        for the matrices worth compressing, and one plain all-reduce of the rest."""
         c, p, idx = self.cfg, self.world, info.index
         if info.step < c.start_iter:
             return ch.exchange("allreduce", x.div_(p), "allreduce")
         with ch.timed("encode"):
-            x_copy = None
-            if c.error_feedback:
-                e = self.errors.get(idx)
-                if e is not None and e.shape == x.shape:
-                    x.add_(e)
-                else:
-                    self.errors[idx] = torch.zeros_like(x)
-                x_copy = x.detach().clone()
-            views, off = [], 0
-            for shape in info.shapes:
-                n = int(torch.Size(shape).numel())
-                views.append(x[off: off + n].view(shape))
-                off += n
-            assert off == x.numel(), f"bucket {idx}: parameters cover {off} of {x.numel()} elements"
-            compress, plain = [], []
-            p_size = q_size = 0
-            for t in views:
-                mat = t.view(t.shape[0], -1)
-                n, m = mat.shape
-                r = min(n, m, c.rank)
-                if should_compress(n, m, r, c.min_compression_rate):
-                    compress.append(mat)
-                    p_size += n * r
-                    q_size += m * r
-                else:
-                    plain.append(t)
+            x_copy = self._add_residual(x, idx) if c.error_feedback else None
+            compress, plain, p_size, q_size = _split(_views(x, info), c)
             plain_mem = torch.cat([t.reshape(-1) for t in plain]) if plain else x.new_empty(0)
-            fresh = not c.warm_start or idx not in self.p_memory or self.p_memory[idx].numel() != p_size \
-                or self.q_memory[idx].numel() != q_size
-            if fresh:
-                self.p_memory[idx] = x.new_empty(p_size)
-                self.q_memory[idx] = x.new_empty(q_size)
-            by_shape = defaultdict(list)  # torch's hook groups equal shapes; the order of Q's draws follows it
-            for mat in compress:
-                by_shape[mat.shape].append(mat)
-            mats, ps, qs, pi, qi = [], [], [], 0, 0
-            for group in by_shape.values():
-                for mat in group:
-                    n, m = mat.shape
-                    r = min(n, m, c.rank)
-                    mats.append(mat.unsqueeze(0))
-                    ps.append(self.p_memory[idx][pi: pi + n * r].view(1, n, r))
-                    qs.append(self.q_memory[idx][qi: qi + m * r].view(1, m, r))
-                    pi += n * r
-                    qi += m * r
-            if not fresh:
-                for q in qs:
-                    orthogonalize(q, c.orthogonalization_epsilon)
-            else:
-                with torch.random.fork_rng(devices=[]):
-                    torch.manual_seed(self.rng.randint(1_000_000_000))
-                    for q in qs:
-                        q.copy_(torch.randn(*q.shape, device="cpu", dtype=x.dtype))
-                        orthogonalize(q, c.orthogonalization_epsilon)
+            mats, ps, qs = self._factors(x, idx, compress, p_size, q_size)
             for mat, q, pm in zip(mats, qs, ps):
                 torch.bmm(mat, q, out=pm)
         if plain_mem.numel():
@@ -168,14 +149,7 @@ class PowerSGD(Compressor):
                 t.copy_(plain_mem[o: o + t.numel()].view_as(t))
                 o += t.numel()
         if p_size:
-            # Ps are orthogonalised next, so they need no division by the world size.
-            self.p_memory[idx] = ch.exchange("allreduce", self.p_memory[idx], self.category)
-            with ch.timed("encode"):
-                for pm in ps:
-                    orthogonalize(pm, c.orthogonalization_epsilon)
-                for mat, pm, q in zip(mats, ps, qs):
-                    torch.bmm(mat.transpose(1, 2), pm, out=q)
-            self.q_memory[idx] = ch.exchange("allreduce", self.q_memory[idx], self.category).div_(p)
+            self._power_iteration(ch, idx, mats, ps, qs)
         with ch.timed("decode"):
             for pm, q, mat in zip(ps, qs, mats):
                 torch.bmm(pm, q.transpose(1, 2), out=mat)
@@ -185,6 +159,62 @@ class PowerSGD(Compressor):
                 self.p_memory.clear()
                 self.q_memory.clear()
         return x
+
+    def _add_residual(self, x, idx):
+        """Error feedback: the bucket's last residual added to ``x`` (a zero one where the bucket is
+        new or changed shape); returns a copy of the sum, what the approximation is subtracted from."""
+        e = self.errors.get(idx)
+        if e is not None and e.shape == x.shape:
+            x.add_(e)
+        else:
+            self.errors[idx] = torch.zeros_like(x)
+        return x.detach().clone()
+
+    def _factors(self, x, idx, compress, p_size, q_size):
+        """Each compressed matrix as (1, n, m) with its P (1, n, r) and Q (1, m, r), views into the
+        bucket's memories in the order of torch's hook (equal shapes grouped; Q's draws follow it).
+        Q is last step's, orthogonalised (``warm_start``), or a fresh Gaussian every rank draws alike."""
+        c = self.cfg
+        fresh = not c.warm_start or idx not in self.p_memory or self.p_memory[idx].numel() != p_size \
+            or self.q_memory[idx].numel() != q_size
+        if fresh:
+            self.p_memory[idx] = x.new_empty(p_size)
+            self.q_memory[idx] = x.new_empty(q_size)
+        by_shape = defaultdict(list)
+        for mat in compress:
+            by_shape[mat.shape].append(mat)
+        mats, ps, qs, pi, qi = [], [], [], 0, 0
+        for group in by_shape.values():
+            for mat in group:
+                n, m = mat.shape
+                r = min(n, m, c.rank)
+                mats.append(mat.unsqueeze(0))
+                ps.append(self.p_memory[idx][pi: pi + n * r].view(1, n, r))
+                qs.append(self.q_memory[idx][qi: qi + m * r].view(1, m, r))
+                pi += n * r
+                qi += m * r
+        if not fresh:
+            for q in qs:
+                orthogonalize(q, c.orthogonalization_epsilon)
+        else:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(self.rng.randint(1_000_000_000))
+                for q in qs:
+                    q.copy_(torch.randn(*q.shape, device="cpu", dtype=x.dtype))
+                    orthogonalize(q, c.orthogonalization_epsilon)
+        return mats, ps, qs
+
+    def _power_iteration(self, ch, idx, mats, ps, qs):
+        """All-reduce the Ps (M Q), orthogonalise them, Q = Mᵀ P, all-reduce the Qs, averaged."""
+        c, p = self.cfg, self.world
+        # Ps are orthogonalised next, so they need no division by the world size.
+        self.p_memory[idx] = ch.exchange("allreduce", self.p_memory[idx], self.category)
+        with ch.timed("encode"):
+            for pm in ps:
+                orthogonalize(pm, c.orthogonalization_epsilon)
+            for mat, pm, q in zip(mats, ps, qs):
+                torch.bmm(mat.transpose(1, 2), pm, out=q)
+        self.q_memory[idx] = ch.exchange("allreduce", self.q_memory[idx], self.category).div_(p)
 
     def state_dict(self) -> dict:
         cp = lambda d: {k: v.detach().cpu().clone() for k, v in d.items()}  # noqa: E731

@@ -2,7 +2,8 @@
 
 A data set is a :class:`DatasetEntry`: ``spec(cfg)`` says the input shape without loading anything
 (used by validation before launch), ``check(cfg)`` fails early with the path and files expected,
-and ``load(cfg)`` returns ``(train, test)`` torch Datasets.
+``fetch(cfg)`` gets missing files (``data.download=true``: :func:`fetch`, called by the launcher
+before any rank starts) and ``load(cfg)`` returns ``(train, test)`` torch Datasets.
 
 Sharding: every epoch a seeded permutation of the training set is split so that worker ``w`` of
 ``W`` takes every W-th sample (torch's DistributedSampler). The union of the workers' batches at
@@ -26,6 +27,7 @@ class DatasetEntry:
     spec: Callable[..., InputSpec]
     load: Callable[..., Tuple[Dataset, Dataset]]
     check: Callable[..., None] = lambda cfg: None
+    fetch: Callable[..., bool] = lambda cfg: False  # data.download=true: get missing files; True if it fetched
 
     def validate(self, cfg) -> None:
         """``cfg.data``'s ranges, then the set's own check (e.g. ``data.root`` holds its files)."""
@@ -75,6 +77,15 @@ def load(cfg):
     entry.check(cfg.data)
     train, test = entry.load(cfg.data)
     return train, test, entry.spec(cfg.data)
+
+
+def fetch(cfg) -> bool:
+    """The launcher's pre-launch hook: with ``data.download=true`` fetch the set's missing files into
+    ``data.root`` (once: files present cost nothing); never called in a rank. True if it fetched."""
+    from omegaconf import OmegaConf
+    if not OmegaConf.select(cfg, "data.download", default=False):
+        return False
+    return DATASETS[cfg.data.name].fetch(cfg.data)
 
 
 def train_loader(dataset: Dataset, cfg, worker: int, workers: int, seed: int) -> Tuple[DataLoader, DistributedSampler]:

@@ -41,6 +41,12 @@ from workbench.ps.sharding import ShardLayout
 from workbench.trainers.base import Trainer, eval_metrics, score, seed_everything
 
 
+def smoke_overrides(nproc: int) -> list:
+    """A few-step run of a parameter-server trainer on ``nproc`` ranks (``ParadigmSpec.smoke_overrides``):
+    one server rank besides at least one worker."""
+    return ["trainer.num_servers=1"] + (["cluster.nproc=2"] if nproc < 2 else [])
+
+
 class PSTrainer(Trainer):
     """Base class; a subclass implements ``make_rule(flat_params, total_steps)`` (server side) and
     ``train_step`` (worker side, using ``self.client``)."""
@@ -64,10 +70,6 @@ class PSTrainer(Trainer):
         if not 1 <= s < world:
             raise ConfigError(f"invalid value {s!r} for trainer.num_servers: must be in [1, {world - 1}] "
                               f"(cluster.nproc x cluster.nnodes = {world} ranks, and at least one must be a worker)")
-
-    @classmethod
-    def smoke_overrides(cls, nproc: int) -> list:
-        return ["trainer.num_servers=1"] + (["cluster.nproc=2"] if nproc < 2 else [])
 
     def __init__(self, cfg, info, meter, log) -> None:
         super().__init__(cfg, info, meter, log)
@@ -113,7 +115,7 @@ class PSTrainer(Trainer):
         rule = self.make_rule(layout.flatten(params, shard).clone(), total)
         self._resumed = ckpt.resume(self.log.run_dir, self.rank, self.info.world_size, self.meter,
                                     lambda s: rule.load_state_dict(s["rule"])) is not None
-        c = self.cfg.cluster
+        c = self.cfg.inject
         kill = (lambda updates: self._maybe_kill(c.kill_at_step) if updates >= c.kill_at_step else None) \
             if self.rank == c.kill_rank and c.kill_at_step >= 0 else None
 

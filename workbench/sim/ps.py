@@ -116,208 +116,250 @@ def _draws(spec: SimSpec):
     return lambda w: (base[w] * lnv(mu, sigma), delay[w])
 
 
+class _Cluster:
+    """The simulated cluster's state and per-message costs, shared by both engines (a network of
+    hosts, or one shared host): what the servers and workers hold, and when each worker finished."""
+
+    def __init__(self, spec: SimSpec, record: bool) -> None:
+        self.spec = spec
+        self.lam, self.S = lam, S = spec.workers, spec.servers
+        self.M = M = spec.model_bytes
+        self.msg = 2 * spec.latency + M / (S * spec.bandwidth)  # header + one shard, on a server's link
+        self.hdr = spec.latency + HEADER_BYTES / spec.bandwidth  # DONE: a header alone
+        self.extra = (M - M / S) / spec.bandwidth  # the worker's link carries every shard
+        self.blocked = max(0.0, M / S - SEND_BUFFER) / spec.bandwidth  # a reply's part the socket buffer cannot take
+        self.upd = spec.update_s / S
+        self.easgd = easgd = spec.protocol == "easgd"
+        self.local = spec.update_s if easgd else 0.0  # EASGD's workers run their optimizer every step
+        self.per = spec.period if easgd else 1
+        self.rounds = max(1, spec.steps // self.per)  # exchanges per worker
+        self.draw = _draws(spec)
+        self.rules = [_rules(spec, record) for _ in range(S)] if not easgd else []
+        self.q = EventQueue()
+        self.free = [0.0] * S  # when each server's queue is next empty
+        self.free_out = [0.0] * S  # when each server's outgoing link is next idle (one host per node)
+        self.busy = [0.0] * S
+        self.link = [0.0] * S  # seconds each server's link carried (incoming; on a shared host, all copies)
+        self.link_out = [0.0] * S
+        self.ts = [[0] * S for _ in range(lam)]  # each shard's clock of the weights a worker computes on
+        self.left = [S] * lam  # replies each worker still waits for
+        self.done = [0] * lam
+        self.t_done = [0.0] * lam
+        self.first: list = []  # (time, pushes so far) when the first worker finishes: the steady state ends there
+        self.npush = 0
+
+    def decide(self, s: int, kind: int, w: int):
+        """Server ``s`` takes ``kind`` (PUSH or DONE) from worker ``w``: the replies it sends, by the
+        protocol (EASGD's centre answers every push at once), and the seconds of its updates."""
+        if self.easgd:
+            return ([(w, 0, None)] if kind == PUSH else []), (self.upd if kind == PUSH else 0.0)
+        r = self.rules[s]
+        before = r.timestamp
+        replies = r.on_push(w, self.ts[w][s], None) if kind == PUSH else r.on_done(w)
+        return replies, (r.timestamp - before) * self.upd
+
+    def replied(self, s: int, v: int) -> None:
+        """Server ``s`` answers worker ``v``: the reply carries the clock its next gradient is computed on."""
+        if not self.easgd:
+            self.ts[v][s] = self.rules[s].timestamp
+
+    def exchanged(self, v: int, t: float) -> bool:
+        """Worker ``v`` has every server's reply at ``t``; whether that was its last exchange."""
+        self.done[v] += 1
+        if self.done[v] < self.rounds:
+            return False
+        self.t_done[v] = t
+        if not self.first:
+            self.first.append((t, self.npush))
+        return True
+
+
+def _on_network(c: _Cluster) -> None:
+    """One host per worker and per server: each server a FIFO queue on its own link (the module's
+    docstring); a reply drains on the outgoing half of the server's link."""
+    q, S = c.q, c.S
+    ready = [0.0] * c.lam  # when the last of a worker's replies arrived
+
+    def work(w: int) -> float:
+        return sum(sum(c.draw(w)) + c.local for _ in range(c.per))
+
+    def deliver(v: int, t: float) -> None:
+        if t > ready[v]:
+            ready[v] = t
+        c.left[v] -= 1
+        if c.left[v]:
+            return
+        c.left[v] = S
+        t0, ready[v] = ready[v] + c.extra, 0.0
+        if c.exchanged(v, t0):
+            q.at(t0, DONE, v)
+        else:
+            q.at(t0 + work(v) + c.extra, PUSH, v)
+
+    for w in range(c.lam):
+        q.at(work(w) + c.extra, PUSH, w)
+    while q:
+        kind, w = q.pop()
+        now = q.now
+        c.npush += kind == PUSH
+        for s in range(S):
+            start = c.free[s] if c.free[s] > now else now
+            cursor = start + (c.msg if kind == PUSH else c.hdr)
+            replies, update = c.decide(s, kind, w)
+            cursor += update
+            for v, _, _ in replies:
+                # the reply drains on the outgoing half of the server's link; its send holds the
+                # server only for what does not fit the socket buffer (collectives.server_service_time)
+                sent = max(cursor, c.free_out[s]) + c.msg
+                c.free_out[s] = sent
+                cursor += c.blocked
+                c.replied(s, v)
+                deliver(v, sent)
+            c.link[s] += (c.msg if kind == PUSH else c.hdr)
+            c.link_out[s] += c.msg * len(replies)
+            c.busy[s] += cursor - start
+            c.free[s] = cursor
+
+
+class _SharedHost:
+    """One shared host of ``host_cores`` cores: every CPU activity (a worker's compute, each end of a
+    message's copy, a server's update) is a job in the processor-sharing pool (the module's docstring)."""
+
+    def __init__(self, c: _Cluster) -> None:
+        self.c = c
+        self.pool = CorePool(c.q, c.spec.host_cores)
+        self.queue = [deque() for _ in range(c.S)]  # each server's FIFO of (PUSH | DONE, worker)
+        self.serving: list = [None] * c.S  # what each server is doing: (kind, worker, since)
+        self.replies_left: list = [[] for _ in range(c.S)]
+
+    def run(self) -> None:
+        c, q = self.c, self.c.q
+        for w in range(c.lam):
+            self.compute(w)
+        while q:
+            ev = q.pop()
+            if ev[0] == WAKE:
+                c.npush += 1
+                self.push(ev[1], PUSH)
+                continue
+            for tok in ev[1].fire(ev[2]):
+                self.finished(tok)
+
+    def finished(self, tok) -> None:
+        """A pool job is over: what it was says what happens next."""
+        what, x = tok[0], tok[1]
+        if what == COMPUTED:
+            if tok[2] > 0:  # a straggler's sleep: time, not CPU
+                self.c.q.at(self.c.q.now + tok[2], WAKE, x)
+            else:
+                self.c.npush += 1
+                self.push(x, PUSH)
+        elif what == RECEIVED:
+            self.received(x)
+        elif what == UPDATED or what == REPLIED:
+            self.reply(x)
+        elif what == PULLED:
+            self.pulled(x)
+        # SENT: the worker's side of a push's copy; it only loads the pool
+
+    def compute(self, w: int) -> None:
+        cpu = sleep = 0.0
+        for _ in range(self.c.per):
+            t, d = self.c.draw(w)
+            cpu += t + self.c.local
+            sleep += d
+        self.pool.start(cpu, (COMPUTED, w, sleep))
+
+    def push(self, w: int, kind: int) -> None:
+        for s in range(self.c.S):
+            self.queue[s].append((kind, w))
+            self.serve(s)
+
+    def serve(self, s: int) -> None:
+        if self.serving[s] is not None or not self.queue[s]:
+            return
+        kind, w = self.queue[s].popleft()
+        self.serving[s] = (kind, w, self.c.q.now)
+        cost = self.c.msg if kind == PUSH else self.c.hdr
+        self.c.link[s] += cost
+        # the copy of the message costs both ends at once: the server reading, the worker writing
+        self.pool.start(cost, (RECEIVED, s))
+        self.pool.start(cost, (SENT, w))
+
+    def received(self, s: int) -> None:
+        kind, w, _ = self.serving[s]
+        replies, cost = self.c.decide(s, kind, w)
+        self.replies_left[s] = [v for v, _, _ in replies]
+        if cost > 0:
+            self.pool.start(cost, (UPDATED, s))
+        else:
+            self.reply(s)
+
+    def reply(self, s: int) -> None:
+        c = self.c
+        if not self.replies_left[s]:
+            c.busy[s] += c.q.now - self.serving[s][2]
+            self.serving[s] = None
+            self.serve(s)
+            return
+        v = self.replies_left[s].pop(0)
+        c.replied(s, v)
+        c.link[s] += c.msg
+        self.pool.start(c.msg, (REPLIED, s))
+        self.pool.start(c.msg, (PULLED, v))
+
+    def pulled(self, v: int) -> None:
+        c = self.c
+        c.left[v] -= 1
+        if c.left[v]:
+            return
+        c.left[v] = c.S
+        if c.exchanged(v, c.q.now):
+            self.push(v, DONE)
+        else:
+            self.compute(v)
+
+
 def simulate(spec: SimSpec, record: bool = False, max_wall_s: Optional[float] = None) -> dict:
     """Run ``spec`` to the end (every worker done, the servers' leftovers applied) and return what a
     real run's server statistics and meter would say, in simulated seconds."""
     check(spec, **({} if max_wall_s is None else {"max_wall_s": max_wall_s}))
     wall0 = time.perf_counter()
-    lam, S = spec.workers, spec.servers
-    M = spec.model_bytes
-    msg = 2 * spec.latency + M / (S * spec.bandwidth)  # header + one shard, on a server's link
-    hdr = spec.latency + HEADER_BYTES / spec.bandwidth  # DONE: a header alone
-    extra = (M - M / S) / spec.bandwidth  # the worker's link carries every shard
-    blocked = max(0.0, M / S - SEND_BUFFER) / spec.bandwidth  # a reply's part the socket buffer cannot take
-    upd = spec.update_s / S
-    easgd = spec.protocol == "easgd"
-    local = spec.update_s if easgd else 0.0  # EASGD's workers run their optimizer every step
-    per = spec.period if easgd else 1
-    rounds = max(1, spec.steps // per)  # exchanges per worker
-    draw = _draws(spec)
-    rules = [_rules(spec, record) for _ in range(S)] if not easgd else []
-    q = EventQueue()
-    free = [0.0] * S  # when each server's queue is next empty
-    free_out = [0.0] * S  # when each server's outgoing link is next idle (one host per node)
-    busy = [0.0] * S
-    link = [0.0] * S  # seconds each server's link carried (incoming; on a shared host, all copies)
-    link_out = [0.0] * S
-    ts = [[0] * S for _ in range(lam)]  # each shard's clock of the weights a worker computes on
-    left = [S] * lam
-    ready = [0.0] * lam
-    done = [0] * lam
-    t_done = [0.0] * lam
-    first = []  # (time, pushes so far) when the first worker finishes: the steady state ends there
-    npush = 0
-
-    def work(w: int) -> float:
-        return sum(sum(draw(w)) + local for _ in range(per))
-
-    def deliver(v: int, t: float) -> None:
-        if t > ready[v]:
-            ready[v] = t
-        left[v] -= 1
-        if left[v]:
-            return
-        left[v] = S
-        t0, ready[v] = ready[v] + extra, 0.0
-        done[v] += 1
-        if done[v] >= rounds:
-            t_done[v] = t0
-            if not first:
-                first.append((t0, npush))
-            q.at(t0, DONE, v)
-        else:
-            q.at(t0 + work(v) + extra, PUSH, v)
-
+    c = _Cluster(spec, record)
     if spec.host_cores is None:
-        for w in range(lam):
-            q.at(work(w) + extra, PUSH, w)
-        while q:
-            kind, w = q.pop()
-            now = q.now
-            npush += kind == PUSH
-            for s in range(S):
-                start = free[s] if free[s] > now else now
-                cursor = start + (msg if kind == PUSH else hdr)
-                if easgd:
-                    replies = [(w, 0, None)] if kind == PUSH else []
-                    cursor += upd if kind == PUSH else 0.0
-                else:
-                    r = rules[s]
-                    before = r.timestamp
-                    replies = r.on_push(w, ts[w][s], None) if kind == PUSH else r.on_done(w)
-                    cursor += (r.timestamp - before) * upd
-                for v, _, _ in replies:
-                    # the reply drains on the outgoing half of the server's link; its send holds the
-                    # server only for what does not fit the socket buffer (collectives.server_service_time)
-                    sent = max(cursor, free_out[s]) + msg
-                    free_out[s] = sent
-                    cursor += blocked
-                    if not easgd:
-                        ts[v][s] = rules[s].timestamp
-                    deliver(v, sent)
-                link[s] += (msg if kind == PUSH else hdr)
-                link_out[s] += msg * len(replies)
-                busy[s] += cursor - start
-                free[s] = cursor
+        _on_network(c)
     else:
-        # One shared host: every CPU activity is a job in the pool (see the module's docstring).
-        pool = CorePool(q, spec.host_cores)
-        queue = [deque() for _ in range(S)]  # each server's FIFO of (PUSH | DONE, worker)
-        serving = [None] * S  # what each server is doing: (kind, worker, since)
-        replies_left = [[] for _ in range(S)]
-
-        def compute(w: int) -> None:
-            cpu = sleep = 0.0
-            for _ in range(per):
-                c, d = draw(w)
-                cpu += c + local
-                sleep += d
-            pool.start(cpu, (COMPUTED, w, sleep))
-
-        def push(w: int, kind: int) -> None:
-            for s in range(S):
-                queue[s].append((kind, w))
-                serve(s)
-
-        def serve(s: int) -> None:
-            if serving[s] is not None or not queue[s]:
-                return
-            kind, w = queue[s].popleft()
-            serving[s] = (kind, w, q.now)
-            cost = msg if kind == PUSH else hdr
-            link[s] += cost
-            # the copy of the message costs both ends at once: the server reading, the worker writing
-            pool.start(cost, (RECEIVED, s))
-            pool.start(cost, (SENT, w))
-
-        def received(s: int) -> None:
-            kind, w, _ = serving[s]
-            if easgd:
-                replies = [(w, 0, None)] if kind == PUSH else []
-                cost = upd if kind == PUSH else 0.0
-            else:
-                r = rules[s]
-                before = r.timestamp
-                replies = r.on_push(w, ts[w][s], None) if kind == PUSH else r.on_done(w)
-                cost = (r.timestamp - before) * upd
-            replies_left[s] = [v for v, _, _ in replies]
-            if cost > 0:
-                pool.start(cost, (UPDATED, s))
-            else:
-                reply(s)
-
-        def reply(s: int) -> None:
-            if not replies_left[s]:
-                busy[s] += q.now - serving[s][2]
-                serving[s] = None
-                serve(s)
-                return
-            v = replies_left[s].pop(0)
-            if not easgd:
-                ts[v][s] = rules[s].timestamp
-            link[s] += msg
-            pool.start(msg, (REPLIED, s))
-            pool.start(msg, (PULLED, v))
-
-        def pulled(v: int) -> None:
-            nonlocal npush
-            left[v] -= 1
-            if left[v]:
-                return
-            left[v] = S
-            done[v] += 1
-            if done[v] >= rounds:
-                t_done[v] = q.now
-                if not first:
-                    first.append((q.now, npush))
-                push(v, DONE)
-            else:
-                compute(v)
-
-        for w in range(lam):
-            compute(w)
-        while q:
-            ev = q.pop()
-            if ev[0] == WAKE:
-                npush += 1
-                push(ev[1], PUSH)
-                continue
-            for tok in ev[1].fire(ev[2]):
-                what, x = tok[0], tok[1]
-                if what == COMPUTED:
-                    if tok[2] > 0:  # a straggler's sleep: time, not CPU
-                        q.at(q.now + tok[2], WAKE, x)
-                    else:
-                        npush += 1
-                        push(x, PUSH)
-                elif what == RECEIVED:
-                    received(x)
-                elif what == UPDATED or what == REPLIED:
-                    reply(x)
-                elif what == PULLED:
-                    pulled(x)
-                # SENT: the worker's side of a push's copy; it only loads the pool
-    for r in rules:
+        _SharedHost(c).run()
+    for r in c.rules:
         r.finish()
-    end = max([q.now, *free])
+    out = _statistics(c, record)
+    out["wall_s"] = time.perf_counter() - wall0
+    return out
+
+
+def _statistics(c: _Cluster, record: bool) -> dict:
+    """What a real run's server statistics and meter would say of the simulated one."""
+    spec, lam, S, M, per, rounds, easgd = c.spec, c.lam, c.S, c.M, c.per, c.rounds, c.easgd
+    end = max([c.q.now, *c.free])
     grads = lam * rounds  # pushes (EASGD: exchanges)
-    r0 = rules[0] if rules else None
+    first = c.first
     out = {"paradigm": spec.label, "protocol": spec.protocol, "workers": lam, "servers": S, "n": spec.n_eff,
            "c": spec.c if not easgd else None, "steps": rounds * per, "elapsed_s": end,
            # throughput until the first worker is done: after that a straggler's tail runs alone
            "step_s": lam * first[0][0] / (first[0][1] * per) if first[0][1] else math.inf,  # per local step
            "samples_per_s": first[0][1] * per * spec.batch / first[0][0] if first[0][0] > 0 else math.inf,
            "gradients": grads if not easgd else 0, "exchanges": grads,
-           "server_utilisation": sum(busy) / (S * end) if end > 0 else 0.0,
+           "server_utilisation": sum(c.busy) / (S * end) if end > 0 else 0.0,
            # the busier half of the servers' links (one host per node: in and out are separate)
-           "server_link_utilisation": max(sum(link), sum(link_out)) / (S * end) if end > 0 else 0.0,
+           "server_link_utilisation": max(sum(c.link), sum(c.link_out)) / (S * end) if end > 0 else 0.0,
            # a worker's link carries its push and the replies: M each way and a header per server
            "worker_link_utilisation": rounds * 2 * (2 * spec.latency * S + M / spec.bandwidth) / end if end > 0 else 0.0,
            "bytes_per_worker_step": {("param_push" if easgd else "grad_push"): M / per, "param_pull": M / per,
                                      "ps_control": 2 * HEADER_BYTES * S / per},
-           "done_s": t_done,  # when each worker finished its last step
-           "events": q.events}
-    if r0 is not None:
+           "done_s": c.t_done,  # when each worker finished its last step
+           "events": c.q.events}
+    if c.rules:
+        r0 = c.rules[0]
         applied = sum(r0.hist.values())
         top = max(r0.hist) if r0.hist else 0
         out.update({"updates": r0.updates, "updates_per_s": r0.updates / end if end > 0 else math.inf,
@@ -327,7 +369,6 @@ def simulate(spec: SimSpec, record: bool = False, max_wall_s: Optional[float] = 
                     "staleness_hist": [r0.hist.get(t, 0) for t in range(top + 1)]})
         if record:
             out["applied"] = r0.applied
-    out["wall_s"] = time.perf_counter() - wall0
     return out
 
 

@@ -27,12 +27,11 @@ from workbench.config import ConfigError
 
 PROTOCOLS = ("hardsync", "softsync", "easgd")
 MAX_CV = 10.0  # a lognormal spread beyond this is a typo, not a cluster
-# Seconds of this machine's pure Python per simulated push to one server, replies included
-# (measured on 2 cores: 7-11 µs under a load average of 4, about 33 µs under 8). The estimate is
-# for refusing hours-long requests, not a promise: on a busy machine a run takes up to 3x longer.
+# Seconds of pure Python per simulated push to one server, replies included, on a small CPU host
+# (docs/notes/2026-12-06-bench-history.md). The estimate is for refusing hours-long requests, not a
+# promise: on a busy machine a run takes up to 3x longer.
 COST_PER_PUSH_S = 12e-6
-# On a shared host every push is ~6 pool jobs, each re-timing the pool: 38 µs against 6.4 µs per push
-# for the same 64 workers x 500 steps (load 0.7), so 6x the above.
+# On a shared host every push is ~6 pool jobs, each re-timing the pool: 6x the above.
 COST_PER_PUSH_SHARED_S = 6 * COST_PER_PUSH_S
 MAX_WALL_S = 600.0
 

@@ -34,8 +34,8 @@ def protocols(lam: int, delay: float) -> list:
             ("1-softsync", ["trainer.n=1"], dict(n=1))]
     rows.append((f"{lam}-softsync (async)", [f"trainer.n={lam}"], dict(n=lam)))
     if delay > 0:
-        rows.append((f"{lam}-softsync, straggler +{delay:g} s", [f"trainer.n={lam}", "cluster.straggler_ranks=[1]",
-                                                                   f"cluster.straggler_delay_s={delay}"],
+        rows.append((f"{lam}-softsync, straggler +{delay:g} s", [f"trainer.n={lam}", "inject.straggler_ranks=[1]",
+                                                                   f"inject.straggler_delay_s={delay}"],
                      dict(n=lam, stragglers=((1, 1.0, delay),))))
     return rows
 

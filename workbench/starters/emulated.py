@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from workbench import runstore
+from workbench.runs import store as runstore
 from workbench.starters import STARTERS, Starter
 
 

@@ -7,7 +7,7 @@ import signal
 import socket
 from pathlib import Path
 
-from workbench import runstore
+from workbench.runs import store as runstore
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -1,7 +1,7 @@
 """Experiment trackers: rank 0 also logs the run where the team keeps its runs (``tracking=``).
 
-    python -m workbench tracking=mlflow                    # MLflow file store <output_root>/mlruns
-    mlflow ui --backend-store-uri experiments/mlruns       # browse it (the full `mlflow` package)
+    python -m workbench tracking=mlflow                    # MLflow SQLite store <output_root>/mlflow.db
+    mlflow ui --backend-store-uri sqlite:///experiments/mlflow.db   # browse it (docs/tracking.md)
     python -m workbench tracking=mlflow tracking.uri=http://mlflow.internal:5000 tracking.experiment=ps-sweep
     python -m workbench tracking=wandb                     # W&B offline, under <output_root>/wandb; `wandb sync` later
     python -m workbench tracking=wandb tracking.mode=online tracking.experiment=my-project
@@ -42,7 +42,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
-from workbench import runstore
+from workbench.runs import store as runstore
 
 # name -> (module under workbench.tracking, the package it needs, the extra that installs it)
 TRACKERS: Dict[str, Tuple[str, str, str]] = {

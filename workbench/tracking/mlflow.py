@@ -1,14 +1,20 @@
-"""MLflow (``tracking=mlflow``, extra ``.[mlflow]``: mlflow-skinny is enough to log; ``mlflow ui`` needs
-the full ``mlflow`` package).
+"""MLflow (``tracking=mlflow``, extra ``.[mlflow]``: the full ``mlflow`` package, whose SQL store
+and ``mlflow ui`` this needs). User docs: docs/tracking.md.
 
-    python -m workbench tracking=mlflow                    # file store <output_root>/mlruns, experiment "workbench"
+    python -m workbench tracking=mlflow                    # SQLite store <output_root>/mlflow.db, experiment "workbench"
+    mlflow ui --backend-store-uri sqlite:///experiments/mlflow.db          # browse it (from the project root)
     python -m workbench tracking=mlflow tracking.uri=http://mlflow.internal:5000 tracking.experiment=ps-sweep
 
-    # reading the file store back with MLflow 3 needs MLFLOW_ALLOW_FILE_STORE=true (set here for the run)
-    MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri experiments/mlruns
     import mlflow
-    mlflow.set_tracking_uri("file:///abs/path/experiments/mlruns")
+    mlflow.set_tracking_uri("sqlite:///experiments/mlflow.db")
     mlflow.search_runs(experiment_names=["workbench"])
+
+The default store is SQLite: MLflow 3 keeps its file store in maintenance and reads it only with
+``MLFLOW_ALLOW_FILE_STORE=true``; SQLite needs no server either, and ``mlflow ui`` and
+``search_runs`` read it as they are. Experiments workbench creates in a SQLite store keep their
+artifacts beside the database, in ``<its folder>/mlartifacts`` (MLflow's own default would be
+``./mlruns`` under whatever directory the run started in). A file store named in ``tracking.uri``
+(runs logged before, ``experiments/mlruns``) is still written and read: the switch is set for it.
 
 The client, not the fluent ``mlflow.start_run`` API: it keeps no global "active run", so it is safe from
 a thread, and the launcher can reopen the same run by id to log the final summary.
@@ -27,7 +33,17 @@ _CHUNK = 100  # MLflow's log_batch limits: 100 params, 1000 metrics per call
 
 
 def default_uri(cfg) -> str:
-    return (Path(cfg.output_root).absolute() / "mlruns").as_uri()
+    """``sqlite:////abs/<output_root>/mlflow.db``."""
+    return "sqlite:///" + str(Path(cfg.output_root).absolute() / "mlflow.db")
+
+
+def artifact_root(uri: str):
+    """Where new experiments of a SQLite store keep artifacts (``mlartifacts`` beside the database);
+    None for other stores (a file store keeps them inside, a server decides)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    db = Path(uri[len("sqlite:///"):])
+    return (db.absolute().parent / "mlartifacts").as_uri()
 
 
 class MlflowTracker(Tracker):
@@ -39,6 +55,12 @@ class MlflowTracker(Tracker):
             # MLflow 3 keeps the file store in "maintenance mode" behind this switch; it is still the
             # store that needs no server and no database, which is what a workbench run wants.
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        elif uri.startswith("sqlite:"):
+            import importlib.util
+            if importlib.util.find_spec("alembic") is None or importlib.util.find_spec("sqlalchemy") is None:
+                raise RuntimeError(f"{uri} needs the full mlflow package, not mlflow-skinny (pip install 'workbench[mlflow]')")
+            if uri.startswith("sqlite:///"):
+                Path(uri[len("sqlite:///"):]).absolute().parent.mkdir(parents=True, exist_ok=True)
         from mlflow.tracking import MlflowClient
         self.uri = uri
         self.client = MlflowClient(tracking_uri=uri)
@@ -50,7 +72,7 @@ class MlflowTracker(Tracker):
         exp = self.client.get_experiment_by_name(t.experiment)
         if exp is None:
             try:
-                exp_id = self.client.create_experiment(t.experiment)
+                exp_id = self.client.create_experiment(t.experiment, artifact_location=artifact_root(self.uri))
             except Exception:  # another run created it a moment ago
                 exp_id = self.client.get_experiment_by_name(t.experiment).experiment_id
         else:

@@ -1,13 +1,15 @@
 """Trainer registry: one module per training paradigm in this package (or an entry point of the
 ``workbench.trainers`` group), each a :class:`~workbench.trainers.base.Trainer` subclass registered
 under its name, with its config dataclass filed by :func:`workbench.core.store_schema` as the schema
-of ``conf/trainer/<name>.yaml``. See ``docs/extending.md``."""
+of ``conf/trainer/<name>.yaml``, and what it declares for the planner and the suites by its
+:class:`~workbench.spec.ParadigmSpec` in :data:`SPECS`. Importing this package imports every trainer
+module, so :data:`SPECS` and the labels (:func:`paradigm_of`) read from here are complete. See
+``docs/extending.md``."""
 from __future__ import annotations
-
-import math
 
 from workbench.core import check
 from workbench.registry import Registry
+from workbench.spec import SPECS, paradigm_of, paradigm_of_config  # noqa: F401  (filled by the discovery below)
 
 
 def _validate(cls, cfg) -> None:
@@ -28,25 +30,4 @@ def _validate(cls, cfg) -> None:
 TRAINERS: Registry = Registry("trainer", key="trainer.name", entry_points="workbench.trainers", validate=_validate)
 
 
-def paradigm_of(get) -> str:
-    """The paradigm label of a run whose config key ``k`` is ``get(k)`` (``trainer.name``,
-    ``trainer.mode`` …; None where absent): the trainer's own :meth:`Trainer.paradigm`. The
-    dashboards (run tables), ``workbench.plan`` (its rows and JSON) and ``summary.json`` use it."""
-    def clean(key):
-        v = get(key)
-        return None if isinstance(v, float) and math.isnan(v) else v
-
-    name = str(clean("trainer.name") or "?")
-    if name in TRAINERS:
-        return TRAINERS[name].paradigm(clean)
-    from workbench.trainers.base import Trainer
-    return type("Unregistered", (Trainer,), {"name": name}).paradigm(clean)
-
-
-def paradigm_of_config(cfg) -> str:
-    """:func:`paradigm_of` a composed config (what ``summary.json`` records as ``paradigm``)."""
-    from omegaconf import OmegaConf
-    return paradigm_of(lambda k: OmegaConf.select(cfg, k, default=None))
-
-
-TRAINERS.discover(__name__, __path__, skip=("base",))
+TRAINERS.discover(__name__, __path__, skip=("base", "bookkeeping"))

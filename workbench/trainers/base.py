@@ -12,7 +12,8 @@ import math
 import os
 import signal
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -25,7 +26,7 @@ from workbench.core import world_size
 from workbench.dist import DistInfo, gloo_loop_sched
 from workbench.meter import Meter
 from workbench.models import SplitModel, build_model
-from workbench.runstore import RunLog
+from workbench.runs.store import RunLog
 
 
 class Diverged(RuntimeError):
@@ -107,7 +108,9 @@ def in_progress_bar() -> bool:
 
 
 class Trainer:
-    """Base class. Subclasses set ``name`` and register with ``@TRAINERS.register(name)``."""
+    """Base class. Subclasses set ``name`` and register with ``@TRAINERS.register(name)``; what the
+    planner and the suites read about a trainer is its :class:`~workbench.spec.ParadigmSpec`,
+    declared beside it in its module."""
 
     name = "base"
 
@@ -121,61 +124,6 @@ class Trainer:
     def validate(cls, cfg: DictConfig) -> None:
         """Trainer-specific checks; raise workbench.core.ConfigError."""
 
-    @classmethod
-    def smoke_overrides(cls, nproc: int) -> list:
-        """Overrides that make a few-step run of this trainer valid with ``nproc`` ranks (used by
-        ``make gpu-check``); e.g. a parameter server needs a server rank besides the workers."""
-        return []
-
-    # -- the paradigm's label and performance model (workbench.plan, workbench.analysis) -------------------
-    PARADIGM_KEYS = ("trainer.mode", "trainer.protocol", "compressor.name")  # qualifiers, where set
-
-    @classmethod
-    def paradigm(cls, get: Callable[[str], object]) -> str:
-        """The label of a run of this trainer: its name qualified by its mode/protocol and compressor
-        where it has them (``ps/async``, ``compressed/powersgd``; ``sync``). ``get(key)`` reads a
-        dotted config key (``trainer.mode``) of the run, None where it has none. workbench.analysis, the
-        planner and its JSON use this one function."""
-        name = cls.name
-        for key in cls.PARADIGM_KEYS:
-            v = get(key)
-            if isinstance(v, str) and v and v != "none":
-                name += f"/{v}"
-        return name
-
-    @classmethod
-    def plan_variants(cls, ranks: int) -> List[List[str]]:
-        """The overrides of each variant of this paradigm the planner ranks on ``ranks`` processes
-        (``[["trainer=ps", "trainer.mode=sync"], ...]``); none: the planner leaves it out."""
-        return []
-
-    @classmethod
-    def perf_model(cls, cfg: DictConfig) -> Tuple[Callable, dict]:
-        """This trainer's step-time function in :mod:`workbench.perfmodel.paradigms` and its
-        options for ``cfg`` (a trainer that plans variants must say which model predicts them)."""
-        raise NotImplementedError(f"trainer {cls.name!r} declares no performance model")
-
-    @classmethod
-    def profile_loops(cls, cfg: DictConfig) -> Dict[str, Callable]:
-        """Loops of this paradigm the planner's profile times on every rank, by the name its
-        performance model looks up in ``Profile.loops`` (``perfmodel.profile.measure(loop_fns=…)``);
-        none by default."""
-        return {}
-
-    # -- what the bytes suite counts (workbench.bench.bytes) -------------------------------------------
-    @classmethod
-    def bench_variants(cls, workers: int) -> List[Tuple[str, List[str]]]:
-        """(label, overrides) of each run of this paradigm the bytes suite measures with ``workers``
-        worker ranks; none: the suite leaves it out."""
-        return []
-
-    @classmethod
-    def analytic_bytes(cls, cfg: DictConfig, summary: dict, shapes: List[tuple]) -> Optional[float]:
-        """Bytes one worker rank sends per training step by this paradigm's algorithm, for a run of
-        ``cfg`` whose ``summary.json`` is ``summary`` and whose parameters have ``shapes``; None
-        where the paradigm has no closed form."""
-        return None
-
     # -- construction ------------------------------------------------------------------------------
     def __init__(self, cfg: DictConfig, info: DistInfo, meter: Meter, log: RunLog) -> None:
         self.cfg, self.info, self.meter, self.log = cfg, info, meter, log
@@ -184,7 +132,7 @@ class Trainer:
         self.workers = self.num_workers(cfg)
         self.worker_index = self.rank  # position among the worker ranks (data shard)
         self.is_worker = True
-        self._stragglers = set(cfg.cluster.straggler_ranks)
+        self._stragglers = set(cfg.inject.straggler_ranks)
 
     def load_data(self) -> None:
         self.train_set, self.test_set, self.spec = data_mod.load(self.cfg)
@@ -243,14 +191,15 @@ class Trainer:
         return t.max_steps if t.max_steps > 0 else max(1, math.ceil(t.epochs * steps_per_epoch))
 
     def straggle(self, compute_s: float) -> None:
-        """Make this rank a straggler if ``cluster.straggler_ranks`` names it: sleep a fixed delay
+        """Make this rank a straggler if ``inject.straggler_ranks`` names it: sleep a fixed delay
         plus (factor - 1) times the step's own compute time."""
-        c = self.cfg.cluster
+        c = self.cfg.inject
         if self.rank in self._stragglers:
             time.sleep(c.straggler_delay_s + (c.straggler_factor - 1.0) * compute_s)
 
     def _maybe_kill(self, step: int) -> None:
-        c = self.cfg.cluster
+        """SIGKILL this rank at ``inject.kill_at_step`` if ``inject.kill_rank`` names it."""
+        c = self.cfg.inject
         # Only the first attempt: after a restart or resume the run must be able to finish.
         if self.rank == c.kill_rank and step == c.kill_at_step and restart_count() == 0 and not self._resumed:
             self.log.flush()
@@ -290,159 +239,158 @@ class Trainer:
             self.log.truncate_after(state["step"])
         return state
 
+
     # -- the loop ----------------------------------------------------------------------------------
     def run(self) -> dict:
-        cfg, t = self.cfg, self.cfg.trainer
+        """Train to the step budget: each step timed, logged, evaluated and checkpointed as the
+        config says; returns this rank's ``summary.json`` fields."""
         self.load_data()
         self.setup()
-        loader, sampler = data_mod.train_loader(self.train_set, cfg, self.worker_index, self.workers, cfg.seed)
-        steps_per_epoch = len(loader)
+        loader, sampler = data_mod.train_loader(self.train_set, self.cfg, self.worker_index, self.workers, self.cfg.seed)
+        L = self._begin(len(loader))
+        offset = L.step % L.steps_per_epoch
+        bar = self._progress_bar(L)
+        self.meter.pop()  # set-up traffic (DDP's initial broadcast) is not a training step
+        L.start = time.perf_counter() - L.start
+        t_prev = time.perf_counter()
+        while L.step < L.total:
+            sampler.set_epoch(L.epoch)
+            # after a resume, skip the batches of this epoch that were already trained on
+            batches = itertools.islice(loader, offset, None) if offset else loader
+            offset = 0
+            for x, y in batches:
+                if L.step >= L.total:
+                    break
+                self._step(L, x, y, t_prev, bar)
+                t_prev = time.perf_counter()
+            L.epoch += 1
+        if bar is not None:
+            bar.close()
+        wall = time.perf_counter() - L.start
+        self.save_final_model()
+        return self._summary(L, wall)
+
+    def _begin(self, steps_per_epoch: int) -> "LoopState":
+        """The loop's state at its first step: fresh, or the newest checkpoint's; logs the
+        ``start`` (or ``resume``) record."""
         if steps_per_epoch == 0:
             raise ValueError(f"data.batch_size: {self.global_batch} samples per step exceed the "
                              f"{len(self.train_set)} training samples")
         total = self.total_steps(steps_per_epoch)
         resumed = self._resume()
         self._resumed = resumed is not None
-        loop = resumed["loop"] if resumed else {"train_time": 0.0, "eval_time": 0.0, "samples": 0, "sent_total": 0,
-                                                 "elapsed": 0.0, "last_eval": {}}
-        step = resumed["step"] if resumed else 0
-        epoch, offset = divmod(step, steps_per_epoch)
-        self.log.log({"kind": "resume" if resumed else "start", "step": step, "total_steps": total,
+        L = LoopState(total, steps_per_epoch)
+        if resumed:
+            L.restore(resumed)
+        self.log.log({"kind": "resume" if resumed else "start", "step": L.step, "total_steps": total,
                       "steps_per_epoch": steps_per_epoch, "global_batch": self.global_batch, "workers": self.workers,
                       "world_size": self.info.world_size, "restarts": restart_count()})
-        bar = None
-        if self.rank == 0 and t.progress and in_progress_bar():
-            from tqdm.auto import tqdm
-            bar = tqdm(total=total, initial=step, desc=f"{self.name}", unit="step", dynamic_ncols=True)
+        return L
 
-        self.meter.pop()  # set-up traffic (DDP's initial broadcast) is not a training step
-        start = time.perf_counter() - loop["elapsed"]
-        train_time, eval_time, samples = loop["train_time"], loop["eval_time"], loop["samples"]
-        sent_total, last_eval = loop["sent_total"], dict(loop["last_eval"])
-        every = cfg.checkpoint.every
-        t_prev = time.perf_counter()
-        while step < total:
-            sampler.set_epoch(epoch)
-            # after a resume, skip the batches of this epoch that were already trained on
-            batches = itertools.islice(loader, offset, None) if offset else loader
-            offset = 0
-            for x, y in batches:
-                if step >= total:
-                    break
-                lr = lr_at(cfg.optim, step, total, self.global_batch)
-                self.set_lr(lr)
-                x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-                t_step = time.perf_counter()
-                loss = self.train_step(x, y)
-                if self._stragglers:
-                    self.straggle(time.perf_counter() - t_step)
-                busy = time.perf_counter() - t_step
-                step += 1
-                self._maybe_kill(step)
-                window = self.meter.pop()
-                now = time.perf_counter()
-                dt = now - t_prev
-                train_time += dt
-                samples += self.global_batch
-                sent = sum(c["sent"] for c in window.values())
-                sent_total += sent
-                extra = self.step_metrics()
-                if step % t.log_every == 0 or step == total:
-                    loss_v = float(loss.item()) if loss is not None else float("nan")
-                    if loss is not None and not math.isfinite(loss_v):
-                        raise Diverged(f"loss is {loss_v} at step {step} (lr {lr:g}); lower optim.lr or add warm-up")
-                    self.log.comm_step(step, window)
-                    self.log.log({"kind": "train", "step": step, "epoch": epoch + 1, "time": now - start,
-                                  "loss": loss_v, "lr": lr, "step_time": dt, "train_step_time": busy,
-                                  "samples_per_s": self.global_batch / dt,
-                                  "bytes_sent": sent, **extra, "comm": window})
-                    if bar is not None:
-                        bar.set_postfix(loss=f"{loss_v:.3f}", **({"acc": f"{last_eval['test_accuracy']:.3f}"} if last_eval else {}),
-                                        refresh=False)
-                if bar is not None:
-                    bar.update(1)
-                if step % t.eval_every == 0 or step == total:
-                    t0 = time.perf_counter()
-                    last_eval = self.evaluate()
-                    self.meter.pop()  # eval traffic is reported with the eval record, not the step
-                    eval_time += time.perf_counter() - t0
-                    self.log.log({"kind": "eval", "step": step, "epoch": epoch + 1, "time": time.perf_counter() - start,
-                                  "train_time": train_time, **last_eval})
-                    self.log.flush()
-                if every and step % every == 0 and step < total:
-                    self.log.flush()
-                    self._save_checkpoint(step, epoch if step % steps_per_epoch else epoch + 1, {
-                        "train_time": train_time, "eval_time": eval_time, "samples": samples, "sent_total": sent_total,
-                        "elapsed": time.perf_counter() - start, "last_eval": last_eval})
-                t_prev = time.perf_counter()
-            epoch += 1
+    def _progress_bar(self, L: "LoopState"):
+        if self.rank == 0 and self.cfg.trainer.progress and in_progress_bar():
+            from tqdm.auto import tqdm
+            return tqdm(total=L.total, initial=L.step, desc=f"{self.name}", unit="step", dynamic_ncols=True)
+        return None
+
+    def _step(self, L: "LoopState", x, y, t_prev: float, bar) -> None:
+        """One optimizer step and what follows it: the train record, evaluation, a checkpoint."""
+        t = self.cfg.trainer
+        lr = lr_at(self.cfg.optim, L.step, L.total, self.global_batch)
+        self.set_lr(lr)
+        x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+        t_step = time.perf_counter()
+        loss = self.train_step(x, y)
+        if self._stragglers:
+            self.straggle(time.perf_counter() - t_step)
+        busy = time.perf_counter() - t_step
+        L.step += 1
+        self._maybe_kill(L.step)
+        window = self.meter.pop()
+        now = time.perf_counter()
+        dt = now - t_prev
+        L.train_time += dt
+        L.samples += self.global_batch
+        sent = sum(c["sent"] for c in window.values())
+        L.sent_total += sent
+        extra = self.step_metrics()
+        if L.step % t.log_every == 0 or L.step == L.total:
+            loss_v = float(loss.item()) if loss is not None else float("nan")
+            if loss is not None and not math.isfinite(loss_v):
+                raise Diverged(f"loss is {loss_v} at step {L.step} (lr {lr:g}); lower optim.lr or add warm-up")
+            self.log.comm_step(L.step, window)
+            self.log.log({"kind": "train", "step": L.step, "epoch": L.epoch + 1, "time": now - L.start,
+                          "loss": loss_v, "lr": lr, "step_time": dt, "train_step_time": busy,
+                          "samples_per_s": self.global_batch / dt, "bytes_sent": sent, **extra, "comm": window})
+            if bar is not None:
+                bar.set_postfix(loss=f"{loss_v:.3f}", **({"acc": f"{L.last_eval['test_accuracy']:.3f}"} if L.last_eval else {}),
+                                refresh=False)
         if bar is not None:
-            bar.close()
-        wall = time.perf_counter() - start
-        self.save_final_model()
+            bar.update(1)
+        if L.step % t.eval_every == 0 or L.step == L.total:
+            self._eval(L)
+        every = self.cfg.checkpoint.every
+        if every and L.step % every == 0 and L.step < L.total:
+            self.log.flush()
+            self._save_checkpoint(L.step, L.epoch if L.step % L.steps_per_epoch else L.epoch + 1, L.saved())
+
+    def _eval(self, L: "LoopState") -> None:
+        t0 = time.perf_counter()
+        L.last_eval = self.evaluate()
+        self.meter.pop()  # eval traffic is reported with the eval record, not the step
+        L.eval_time += time.perf_counter() - t0
+        self.log.log({"kind": "eval", "step": L.step, "epoch": L.epoch + 1, "time": time.perf_counter() - L.start,
+                      "train_time": L.train_time, **L.last_eval})
+        self.log.flush()
+
+    def _summary(self, L: "LoopState", wall: float) -> dict:
+        cfg = self.cfg
         return {
             "trainer": self.name, "model": cfg.model.name, "data": cfg.data.name,
             "world_size": self.info.world_size, "workers": self.workers, "backend": self.info.backend,
             "device": str(self.device), "threads_per_rank": self.info.threads,
-            # the cores rank 0's threads run on, read back from the kernel (None: not pinned, cluster.pin)
+            # the cores rank 0's threads run on, read back from the kernel (None: not pinned, testbed.pin)
             "cores": sorted(os.sched_getaffinity(0)) if self.info.cores is not None else None,
             # and its gloo device threads' scheduling policy, read back (["batch"] pinned:
             # workbench.dist.yield_gloo_loops)
             "gloo_loop_sched": gloo_loop_sched(),
             "global_batch": self.global_batch, "batch_per_worker": self.batch_size,
-            "steps": step, "epochs": step / steps_per_epoch, "samples": samples,
-            "final_test_accuracy": last_eval.get("test_accuracy"), "final_test_loss": last_eval.get("test_loss"),
-            "train_time_s": train_time, "eval_time_s": eval_time, "wall_time_s": wall,
-            "samples_per_s": samples / train_time if train_time > 0 else None,
-            "bytes_per_step": sent_total / max(1, step),
+            "steps": L.step, "epochs": L.step / L.steps_per_epoch, "samples": L.samples,
+            "final_test_accuracy": L.last_eval.get("test_accuracy"), "final_test_loss": L.last_eval.get("test_loss"),
+            "train_time_s": L.train_time, "eval_time_s": L.eval_time, "wall_time_s": wall,
+            "samples_per_s": L.samples / L.train_time if L.train_time > 0 else None,
+            "bytes_per_step": L.sent_total / max(1, L.step),
             "bytes_by_category": self.meter.totals(),
-            "restarts": restart_count(), "resumed_from_step": resumed["step"] if resumed else None,
+            "restarts": restart_count(), "resumed_from_step": L.resumed_from,
         }
 
 
-# -- what the loop itself costs (the performance model's profile) -------------------------------------
-class _Bookkeeping(Trainer):
-    """:meth:`Trainer.run` with a step that does nothing: what the loop itself costs."""
-    name = "bookkeeping"
+@dataclass
+class LoopState:
+    """What :meth:`Trainer.run` carries from step to step; a checkpoint keeps it (:meth:`saved`)."""
 
-    def setup(self) -> None:
-        self.model = None
-        self._w = torch.zeros(1, requires_grad=True)
-        self.optimizer = build_optimizer([self._w], self.cfg.optim)
-        self._loss = torch.zeros(())
+    total: int  # the step budget
+    steps_per_epoch: int
+    step: int = 0  # optimizer steps done
+    epoch: int = 0  # 0-based epoch of the next batch
+    train_time: float = 0.0
+    eval_time: float = 0.0
+    samples: int = 0
+    sent_total: int = 0
+    last_eval: dict = field(default_factory=dict)
+    start: float = 0.0  # perf_counter() of the run's start (before the loop: the elapsed time resumed)
+    resumed_from: Optional[int] = None  # the checkpoint's step, where the run resumed
 
-    def train_step(self, x, y):
-        return self._loss
+    def restore(self, state: dict) -> None:
+        """Continue from a checkpoint's ``state`` (:meth:`Trainer._resume`)."""
+        loop = state["loop"]
+        self.step = self.resumed_from = state["step"]
+        self.epoch = self.step // self.steps_per_epoch
+        self.train_time, self.eval_time, self.samples = loop["train_time"], loop["eval_time"], loop["samples"]
+        self.sent_total, self.last_eval, self.start = loop["sent_total"], dict(loop["last_eval"]), loop["elapsed"]
 
-
-def bookkeeping_loop_s(cfg: DictConfig, model, step, meter: Meter, comm_device, make_optimizer, reps: int,
-                       **_) -> float:
-    """Seconds per step of :meth:`Trainer.run` around an empty step (the next batch of ``cfg``'s
-    data at its batch, the learning rate, the meter's window, the step's records into a scratch run
-    directory with TensorBoard on rank 0), on every rank of the profile's group at once; the
-    slowest rank's mean, since a synchronous step waits for it (``Profile.loops["bookkeeping"]``,
-    a loop fn of ``perfmodel.profile.measure``). Why: on 3 ranks and 2 cores it was 0.3–0.65 ms of
-    the small CNN's 5–28 ms steps, which no other part of the profile holds."""
-    import tempfile
-
-    import torch.distributed as dist
-    from omegaconf import OmegaConf, open_dict
-    c = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
-    world, rank = dist.get_world_size(), dist.get_rank()
-    with open_dict(c):
-        c.cluster.nproc, c.cluster.nnodes, c.cluster.straggler_ranks = world, 1, []
-        c.cluster.kill_rank = -1
-        c.trainer.max_steps, c.trainer.eval_every, c.trainer.progress = max(2, reps), 10 ** 9, False
-        c.checkpoint.every = 0
-    info = DistInfo(rank=rank, world_size=world, local_rank=rank, local_world_size=world, backend="gloo",
-                    device=torch.device("cpu"), threads=torch.get_num_threads())
-    with tempfile.TemporaryDirectory(prefix="workbench-bookkeeping-") as d:
-        log = RunLog(d, rank)
-        try:
-            summary = _Bookkeeping(c, info, meter, log).run()
-        finally:
-            log.close()
-    meter.pop()
-    t = torch.tensor([summary["train_time_s"] / max(1, summary["steps"])], dtype=torch.float64, device=comm_device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
+    def saved(self) -> dict:
+        """The ``loop`` entry of a checkpoint."""
+        return {"train_time": self.train_time, "eval_time": self.eval_time, "samples": self.samples,
+                "sent_total": self.sent_total, "elapsed": time.perf_counter() - self.start,
+                "last_eval": self.last_eval}

@@ -28,6 +28,7 @@ import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from workbench.core import ConfigError, TrainerConfig, store_schema
+from workbench.spec import ParadigmSpec, declare
 from workbench.trainers import TRAINERS
 from workbench.trainers.base import Trainer, build_optimizer
 
@@ -92,8 +93,8 @@ def _block_loop(model, step, meter, comm_device, make_optimizer, reps, block: in
     with its optimizer step, then :func:`block_sync` (``Profile.loops["block/<block>"]``), at the
     profile's weights: the optimizer's learning rate is 0, so every update does its arithmetic
     and moves nothing. A loop that trains on the profile's one batch over and over drives the loss
-    to 0 and the gradients into denormal floats, whose arithmetic is slow on a CPU: the small CNN's
-    loop read 6.2–6.8 ms a step where the trainer's runs took 3.8 (2026-12-05, docs/planner.md)."""
+    to 0 and the gradients into denormal floats, whose arithmetic is slow on a CPU, and would time
+    a slower loop than the trainer runs (docs/notes/2026-12-06-trainers-history.md)."""
     import copy
 
     import torch.distributed as dist
@@ -130,22 +131,6 @@ def block_loop(block: int, nesterov: bool = True, reset: bool = True):
 @TRAINERS.register("bmuf")
 class BMUFTrainer(Trainer):
     name = "bmuf"
-
-    @classmethod
-    def plan_variants(cls, ranks):
-        return [[f"trainer={cls.name}"]]
-
-    @classmethod
-    def perf_model(cls, cfg):
-        from workbench.perfmodel import paradigms
-        return paradigms.bmuf, {"block": int(cfg.trainer.block)}
-
-    @classmethod
-    def profile_loops(cls, cfg):
-        # the ranks re-align once a block, not every step, and the block's sync is work of its own
-        # (paradigms.bmuf): the loop with it, as this trainer runs it
-        t = cfg.trainer
-        return {f"block/{int(t.block)}": block_loop(int(t.block), bool(t.nesterov), bool(t.reset_local_momentum))}
 
     @classmethod
     def validate(cls, cfg) -> None:
@@ -209,3 +194,20 @@ class LocalSGDTrainer(BMUFTrainer):
     """Periodic model averaging: BMUF with eta = 0, zeta = 1 (the defaults of conf/trainer/local_sgd.yaml)."""
 
     name = "local_sgd"
+
+
+def _bmuf_model(cfg):
+    from workbench.perfmodel import paradigms
+    return paradigms.bmuf, {"block": int(cfg.trainer.block)}
+
+
+def _block_loops(cfg) -> dict:
+    # the ranks re-align once a block, not every step, and the block's sync is work of its own
+    # (paradigms.bmuf): the loop with it, as this trainer runs it
+    t = cfg.trainer
+    return {f"block/{int(t.block)}": block_loop(int(t.block), bool(t.nesterov), bool(t.reset_local_momentum))}
+
+
+for _name in ("bmuf", "local_sgd"):  # local SGD is BMUF with eta = 0, zeta = 1: the same model and loop
+    declare(ParadigmSpec(_name, perf_model=_bmuf_model, profile_loops=_block_loops,
+                         plan_variants=lambda ranks, n=_name: [[f"trainer={n}"]]))

@@ -24,14 +24,16 @@ import torch
 
 from workbench.compress import COMPRESSORS, build_compressor
 from workbench.compress.hook import CompressionHookState, compression_hook
-from workbench.core import ConfigError, store_schema
+from workbench.core import ConfigError, TrainerConfig, store_schema
+from workbench.spec import ParadigmSpec, declare
 from workbench.trainers import TRAINERS
-from workbench.trainers.sync import SyncConfig, SyncTrainer
+from workbench.trainers.sync import SyncTrainer
 
 
 @dataclass
-class CompressedConfig(SyncConfig):
+class CompressedConfig(TrainerConfig):
     name: str = "compressed"
+    bucket_cap_mb: float = 25.0  # DDP bucket size: the unit a compressor works on
     profile_skip: int = 2  # steps left out of the per-bucket profile (DDP's bucket rebuild, warm-up)
 
 
@@ -42,29 +44,6 @@ store_schema("trainer", "compressed", CompressedConfig)
 class CompressedTrainer(SyncTrainer):
     name = "compressed"
     uses_compressor = True
-
-    @classmethod
-    def plan_variants(cls, ranks):
-        return [["trainer=compressed", f"compressor={c}"] for c in COMPRESSORS if c != "none"]
-
-    @classmethod
-    def bench_variants(cls, workers):
-        return [(f"compressed: {c}", ["trainer=compressed", f"compressor={c}", f"cluster.nproc={workers}",
-                                      *COMPRESSORS[c].bench_overrides]) for c in COMPRESSORS]
-
-    @classmethod
-    def analytic_bytes(cls, cfg, summary, shapes):
-        """The payload the compressor's wire format implies for each of DDP's buckets, times its
-        collective's factor (:meth:`workbench.compress.Compressor.sent_bytes`)."""
-        comp = COMPRESSORS[cfg.compressor.name]
-        buckets = [b["numel"] for b in summary["compression"]["buckets"]]
-        return comp.sent_bytes(comp.payload_bytes_of_shapes(cfg.compressor, shapes, buckets), len(buckets),
-                               cls.num_workers(cfg))
-
-    @classmethod
-    def perf_model(cls, cfg):
-        from workbench.perfmodel import paradigms
-        return paradigms.compressed, {"compressor": str(cfg.compressor.name)}
 
     @classmethod
     def validate(cls, cfg) -> None:
@@ -144,3 +123,27 @@ class CompressedTrainer(SyncTrainer):
         super().load_state_dict(state)
         if "compressor" in state:
             self.hook_state.load_state_dict(state["compressor"])
+
+
+def _payload_bytes(cfg, summary, shapes) -> float:
+    """The payload the compressor's wire format implies for each of DDP's buckets, times its
+    collective's factor (:meth:`workbench.compress.Compressor.sent_bytes`)."""
+    comp = COMPRESSORS[cfg.compressor.name]
+    buckets = [b["numel"] for b in summary["compression"]["buckets"]]
+    return comp.sent_bytes(comp.payload_bytes_of_shapes(cfg.compressor, shapes, buckets), len(buckets),
+                           CompressedTrainer.num_workers(cfg))
+
+
+def _compressed_model(cfg):
+    from workbench.perfmodel import paradigms
+    return paradigms.compressed, {"compressor": str(cfg.compressor.name)}
+
+
+def _bench_variants(workers):
+    return [(f"compressed: {c}", ["trainer=compressed", f"compressor={c}", f"cluster.nproc={workers}",
+                                  *COMPRESSORS[c].bench_overrides]) for c in COMPRESSORS]
+
+
+declare(ParadigmSpec(
+    "compressed", perf_model=_compressed_model, analytic_bytes=_payload_bytes, bench_variants=_bench_variants,
+    plan_variants=lambda ranks: [["trainer=compressed", f"compressor={c}"] for c in COMPRESSORS if c != "none"]))

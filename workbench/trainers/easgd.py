@@ -27,7 +27,8 @@ import torch
 from workbench.core import ConfigError, TrainerConfig, store_schema
 from workbench.ps import protocol as P
 from workbench.ps.stats import ServerStats
-from workbench.ps.trainer import PSTrainer
+from workbench.ps.trainer import PSTrainer, smoke_overrides
+from workbench.spec import ParadigmSpec, declare
 from workbench.trainers import TRAINERS
 from workbench.trainers.base import build_optimizer
 
@@ -114,16 +115,6 @@ class EASGDTrainer(PSTrainer):
     push_category = "param_push"
 
     @classmethod
-    def plan_variants(cls, ranks):
-        return [["trainer=easgd"]] if ranks >= 2 else []
-
-    @classmethod
-    def perf_model(cls, cfg):
-        from workbench.perfmodel import paradigms
-        t = cfg.trainer
-        return paradigms.easgd, {"servers": int(t.num_servers), "period": int(t.period), "sync": t.mode == "sync"}
-
-    @classmethod
     def validate(cls, cfg) -> None:
         super().validate(cfg)
         t = cfg.trainer
@@ -171,3 +162,13 @@ class EASGDTrainer(PSTrainer):
                 for p, c in zip(self.params, self.center):
                     p.sub_(alpha * (p - c))
         return loss.detach()
+
+
+def _easgd_model(cfg):
+    from workbench.perfmodel import paradigms
+    t = cfg.trainer
+    return paradigms.easgd, {"servers": int(t.num_servers), "period": int(t.period), "sync": t.mode == "sync"}
+
+
+declare(ParadigmSpec("easgd", perf_model=_easgd_model, smoke_overrides=smoke_overrides,
+                     plan_variants=lambda ranks: [["trainer=easgd"]] if ranks >= 2 else []))

@@ -15,7 +15,7 @@ For bounded staleness, n-softsync and learning-rate modulation see ``trainer=sta
 
     python -m workbench trainer=ps cluster.nproc=4                       # 3 workers, 1 server
     python -m workbench trainer=ps trainer.mode=async trainer.num_servers=2 cluster.nproc=4
-    python -m workbench trainer=ps trainer.mode=async cluster.straggler_ranks=[1] cluster.straggler_delay_s=0.05
+    python -m workbench trainer=ps trainer.mode=async inject.straggler_ranks=[1] inject.straggler_delay_s=0.05
     # GPU workers, CPU servers (servers ignore the device; the protocol uses a gloo group):
     python -m workbench trainer=ps cluster=local_gpu cluster.nproc=5 trainer.num_servers=1
 """
@@ -28,7 +28,8 @@ import torch
 
 from workbench.core import ConfigError, TrainerConfig, store_schema
 from workbench.ps.rules import GradientRule
-from workbench.ps.trainer import PSTrainer
+from workbench.ps.trainer import PSTrainer, smoke_overrides
+from workbench.spec import ParadigmSpec, declare
 from workbench.trainers import TRAINERS
 from workbench.trainers.base import build_optimizer, lr_at
 
@@ -80,26 +81,6 @@ class ParameterServerTrainer(GradientPSTrainer):
     name = "ps"
 
     @classmethod
-    def plan_variants(cls, ranks):
-        return [["trainer=ps", f"trainer.mode={m}"] for m in ("sync", "async")] if ranks >= 2 else []
-
-    @classmethod
-    def perf_model(cls, cfg):
-        from workbench.perfmodel import paradigms
-        t = cfg.trainer
-        return (paradigms.ps_sync if t.mode == "sync" else paradigms.ps_async), {"servers": int(t.num_servers)}
-
-    @classmethod
-    def bench_variants(cls, workers):
-        return [("ps sync (1 server)", ["trainer=ps", "trainer.mode=sync", f"cluster.nproc={workers + 1}"])]
-
-    @classmethod
-    def analytic_bytes(cls, cfg, summary, shapes):
-        """A worker pushes its gradients and pulls the weights: M = the parameters' float32 bytes
-        each way (the 32-byte headers per server are counted apart, as control)."""
-        return 4 * sum(math.prod(s) for s in shapes)
-
-    @classmethod
     def validate(cls, cfg) -> None:
         super().validate(cfg)
         if cfg.trainer.mode not in ("sync", "async"):
@@ -109,3 +90,22 @@ class ParameterServerTrainer(GradientPSTrainer):
         if self.cfg.trainer.mode == "sync":
             return {"hardsync": True}
         return {"hardsync": False, "c": 1}
+
+
+def _push_pull_bytes(cfg, summary, shapes) -> float:
+    """A worker pushes its gradients and pulls the weights: M = the parameters' float32 bytes
+    each way (the 32-byte headers per server are counted apart, as control)."""
+    return 4 * sum(math.prod(s) for s in shapes)
+
+
+def _ps_model(cfg):
+    from workbench.perfmodel import paradigms
+    t = cfg.trainer
+    return (paradigms.ps_sync if t.mode == "sync" else paradigms.ps_async), {"servers": int(t.num_servers)}
+
+
+declare(ParadigmSpec(
+    "ps", perf_model=_ps_model, analytic_bytes=_push_pull_bytes, smoke_overrides=smoke_overrides,
+    plan_variants=lambda ranks: [["trainer=ps", f"trainer.mode={m}"] for m in ("sync", "async")] if ranks >= 2 else [],
+    bench_variants=lambda workers: [("ps sync (1 server)", ["trainer=ps", "trainer.mode=sync",
+                                                            f"cluster.nproc={workers + 1}"])]))

@@ -14,13 +14,13 @@ gradient was computed on; every push carries that clock):
 
 ``metrics.jsonl`` gets a ``kind: server`` record at every evaluation (staleness histogram, mean,
 update sizes, updates/s, drops); ``summary.json`` the totals under ``ps``. Slow workers on purpose:
-``cluster.straggler_ranks``, ``cluster.straggler_delay_s``, ``cluster.straggler_factor``.
+``inject.straggler_ranks``, ``inject.straggler_delay_s``, ``inject.straggler_factor``.
 
     python -m workbench trainer=staleness trainer.n=3 cluster.nproc=4          # 3-softsync, λ=3
     python -m workbench trainer=staleness trainer.n=3 trainer.lr_modulation=per_gradient
     python -m workbench trainer=staleness trainer.protocol=hardsync
     python -m workbench trainer=staleness trainer.n=3 trainer.max_staleness=2 \\
-        cluster.straggler_ranks=[2] cluster.straggler_delay_s=0.05
+        inject.straggler_ranks=[2] inject.straggler_delay_s=0.05
 """
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ from typing import Optional
 
 from workbench.core import ConfigError, store_schema
 from workbench.ps.rules import MODULATIONS, ON_STALE
+from workbench.ps.trainer import smoke_overrides
+from workbench.spec import ParadigmSpec, declare, qualified
 from workbench.trainers import TRAINERS
 from workbench.trainers.ps import GradientPSTrainer, PSConfig
 
@@ -53,24 +55,6 @@ class StalenessTrainer(GradientPSTrainer):
     name = "staleness"
 
     @classmethod
-    def paradigm(cls, get):
-        """``staleness/n=<n>`` for n-softsync (n = λ is asynchronous), ``staleness/hardsync``."""
-        if get("trainer.protocol") == "softsync" and get("trainer.n") is not None:
-            return f"{cls.name}/n={int(get('trainer.n'))}"
-        return super().paradigm(get)
-
-    @classmethod
-    def plan_variants(cls, ranks):
-        # hardsync is ps/sync's model and bytes: planned once, as ps/sync
-        return [["trainer=staleness", "trainer.protocol=softsync", f"trainer.n={n}"] for n in range(1, ranks)]
-
-    @classmethod
-    def perf_model(cls, cfg):
-        from workbench.perfmodel import paradigms
-        t = cfg.trainer
-        return paradigms.staleness, {"servers": int(t.num_servers), "n": int(t.n), "hardsync": t.protocol == "hardsync"}
-
-    @classmethod
     def validate(cls, cfg) -> None:
         super().validate(cfg)
         t = cfg.trainer
@@ -92,3 +76,23 @@ class StalenessTrainer(GradientPSTrainer):
             return {"hardsync": True}
         return {"hardsync": False, "c": self.workers // t.n, "max_staleness": t.max_staleness,
                 "on_stale": t.on_stale, "lr_modulation": t.lr_modulation}
+
+
+def _label(get) -> str:
+    """``staleness/n=<n>`` for n-softsync (n = λ is asynchronous), ``staleness/hardsync``."""
+    if get("trainer.protocol") == "softsync" and get("trainer.n") is not None:
+        return f"staleness/n={int(get('trainer.n'))}"
+    return qualified("staleness", get)
+
+
+def _staleness_model(cfg):
+    from workbench.perfmodel import paradigms
+    t = cfg.trainer
+    return paradigms.staleness, {"servers": int(t.num_servers), "n": int(t.n), "hardsync": t.protocol == "hardsync"}
+
+
+declare(ParadigmSpec(
+    "staleness", label=_label, perf_model=_staleness_model, smoke_overrides=smoke_overrides,
+    # hardsync is ps/sync's model and bytes: planned once, as ps/sync
+    plan_variants=lambda ranks: [["trainer=staleness", "trainer.protocol=softsync", f"trainer.n={n}"]
+                                 for n in range(1, ranks)]))

@@ -8,8 +8,7 @@ their gradients do.
     python -m workbench trainer=stanza trainer.fc_workers=auto model=vgg16 data=synthetic \\
         trainer.max_steps=20 cluster.nproc=4                                    # profile, then pick n_f
 
-(The issue's ``stanza.fc_workers`` is ``trainer.fc_workers``: every trainer's options live under
-``trainer.``.)
+Every trainer's options live under ``trainer.``: the number of FC workers is ``trainer.fc_workers``.
 
 Roles: ranks 0..n_c-1 are CONV workers (rank 0 logs and saves ``model.pt``), ranks n_c..N-1 FC
 workers; CONV worker c sends to FC worker n_c + (c mod n_f). One BSP step:
@@ -59,6 +58,7 @@ from workbench.meter import AllreduceHookState, flat_collective, metered_sum_hoo
 from workbench.models import MODELS, SplitModel
 from workbench.perfmodel import stanza as pm
 from workbench.perfmodel.profile import boundary_floats, stanza_inputs
+from workbench.spec import ParadigmSpec, declare, qualified
 from workbench.trainers import TRAINERS
 from workbench.trainers.base import Trainer, build_optimizer, wrap_ddp
 
@@ -124,39 +124,6 @@ class _IndexOnly(Dataset):
 @TRAINERS.register("stanza")
 class StanzaTrainer(Trainer):
     name = "stanza"
-
-    @classmethod
-    def smoke_overrides(cls, nproc: int) -> list:
-        return ["cluster.nproc=2"] if nproc < 2 else []  # one CONV rank and one FC rank at least
-
-    @classmethod
-    def paradigm(cls, get):
-        """``stanza/n_f=<k>`` with a fixed number of FC workers, ``stanza`` with auto."""
-        n_f = get("trainer.fc_workers")
-        return f"{cls.name}/n_f={int(n_f)}" if n_f is not None and not _auto(n_f) else super().paradigm(get)
-
-    @classmethod
-    def plan_variants(cls, ranks):
-        return [["trainer=stanza", f"trainer.fc_workers={k}"] for k in range(1, ranks)]
-
-    @classmethod
-    def perf_model(cls, cfg):
-        from workbench.perfmodel import paradigms
-        return paradigms.stanza, {"fc_workers": int(fixed_fc_workers(cfg))}
-
-    @classmethod
-    def bench_variants(cls, workers):
-        return [(f"stanza {workers - 1} CONV + 1 FC (a CONV worker)",
-                 ["trainer=stanza", "trainer.fc_workers=1", f"cluster.nproc={workers}"])]
-
-    @classmethod
-    def analytic_bytes(cls, cfg, summary, shapes):
-        """A CONV worker: ring all-reduce of the conv part among the CONV workers, plus its boundary
-        activations and their gradients (:func:`workbench.perfmodel.stanza.stanza_conv_worker_bytes`)."""
-        st = summary["stanza"]
-        b = pm.stanza_conv_worker_bytes(st["params"]["features"], st["boundary_floats"], summary["batch_per_worker"],
-                                        st["conv_workers"])
-        return pm.total(b, "sent")
 
     # -- validation before launch -----------------------------------------------------------------
     @classmethod
@@ -382,3 +349,31 @@ def _check_split(cfg) -> None:
         side = "conv (features)" if counts["features"] == 0 else "FC (classifier)"
         raise ConfigError(f"invalid value {cfg.model.name!r} for model.name: trainer=stanza needs parameters on both "
                           f"sides of the split; its {side} part has none")
+
+
+def _label(get) -> str:
+    """``stanza/n_f=<k>`` with a fixed number of FC workers, ``stanza`` with auto."""
+    n_f = get("trainer.fc_workers")
+    return f"stanza/n_f={int(n_f)}" if n_f is not None and not _auto(n_f) else qualified("stanza", get)
+
+
+def _conv_worker_bytes(cfg, summary, shapes) -> float:
+    """A CONV worker: ring all-reduce of the conv part among the CONV workers, plus its boundary
+    activations and their gradients (:func:`workbench.perfmodel.stanza.stanza_conv_worker_bytes`)."""
+    st = summary["stanza"]
+    b = pm.stanza_conv_worker_bytes(st["params"]["features"], st["boundary_floats"], summary["batch_per_worker"],
+                                    st["conv_workers"])
+    return pm.total(b, "sent")
+
+
+def _stanza_model(cfg):
+    from workbench.perfmodel import paradigms
+    return paradigms.stanza, {"fc_workers": int(fixed_fc_workers(cfg))}
+
+
+declare(ParadigmSpec(
+    "stanza", label=_label, perf_model=_stanza_model, analytic_bytes=_conv_worker_bytes,
+    plan_variants=lambda ranks: [["trainer=stanza", f"trainer.fc_workers={k}"] for k in range(1, ranks)],
+    bench_variants=lambda workers: [(f"stanza {workers - 1} CONV + 1 FC (a CONV worker)",
+                                     ["trainer=stanza", "trainer.fc_workers=1", f"cluster.nproc={workers}"])],
+    smoke_overrides=lambda nproc: ["cluster.nproc=2"] if nproc < 2 else []))  # one CONV rank and one FC rank at least

@@ -1,21 +1,84 @@
-"""Reading runs into tables: the run table of :func:`workbench.load_runs` and the step records of
-:func:`workbench.load_metrics`, labelled by paradigm, joined, filtered and summarised. No plotting and
-no launching here: :mod:`workbench.analysis.figures` draws these tables, :mod:`workbench.variants`
-launches the runs.
+"""Runs as tables: :func:`load_runs` (one row per run, the input of every dashboard) and
+:func:`load_metrics` (their step-by-step records), labelled by paradigm, joined, filtered and
+summarised. No plotting and no launching here: :mod:`workbench.analysis.figures` draws these tables,
+:mod:`workbench.variants` launches the runs.
 
 Conventions: bytes in MiB (2**20); a run is labelled by its *paradigm* (the trainer's own label,
 ``ps/async``, ``compressed/powersgd``), plus its workers and the ``by`` columns where labels collide.
 """
 from __future__ import annotations
 
+import glob as globmod
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pandas as pd
 
+from workbench.runs import store
+from workbench.runs.handle import Run
+
 MiB = float(2**20)
 COMPRESSION_COLUMNS = ("compression_ratio", "encode_ms", "decode_ms", "compress_comm_ms", "payload_bytes", "dense_bytes")
+
+
+def _run_dirs(paths: Union[str, Path, Iterable]) -> List[Path]:
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    dirs = []
+    for p in paths:
+        matches = globmod.glob(str(p), recursive=True) or []
+        for m in matches:
+            m = Path(m)
+            if (m / "config.yaml").exists():
+                dirs.append(m)
+            elif m.is_dir():
+                dirs.extend(sorted(c.parent for c in m.rglob("config.yaml") if c.parent.name != ".hydra"))
+    return sorted(set(dirs))
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def load_runs(paths: Union[str, Path, Iterable] = "experiments") -> pd.DataFrame:
+    """One row per run found under ``paths`` (directories or globs): the summary's fields (among
+    them ``verdict``: learned | did_not_learn | unstable | diverged, see :mod:`workbench.verdict`)
+    plus the resolved config flattened as ``cfg.<key>`` columns."""
+    from omegaconf import OmegaConf
+    rows = []
+    for d in _run_dirs(paths):
+        run = Run(d)
+        s = run.summary or {"status": "running-or-lost"}
+        s = {k: v for k, v in s.items() if k not in ("bytes_by_category", "bytes_by_rank")}
+        try:
+            config = run.config
+            cfg = _flatten(OmegaConf.to_container(config, resolve=True), "cfg.")
+        except Exception:
+            config, cfg = None, {}
+        if "verdict" not in s and config is not None and s.get("status") != "running-or-lost":
+            from workbench import verdict  # runs written before summaries carried one
+            s.update(verdict.summarize(run.records(), config, s.get("status")))
+        rows.append({"run_dir": str(d), "run": d.name, **s, **cfg})
+    return pd.DataFrame(rows)
+
+
+def load_metrics(paths: Union[str, Path, Iterable] = "experiments") -> pd.DataFrame:
+    """Every run's metrics.jsonl records, with ``run_dir`` and ``run`` columns."""
+    frames = []
+    for d in _run_dirs(paths):
+        m = Run(d).metrics()
+        if len(m):
+            m.insert(0, "run", d.name)
+            m.insert(0, "run_dir", str(d))
+            frames.append(m)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def paradigm_of(row) -> str:
@@ -76,7 +139,6 @@ def load(paths="experiments", by: Optional[Sequence[str]] = None, completed_only
     """``(runs, metrics)`` for every run under ``paths`` (directories, globs or Run objects), both
     labelled (``paradigm``, ``label``; the variant names of :func:`workbench.variants.launch_variants`' table when
     ``variants`` is given); failed runs are dropped unless ``completed_only=False``."""
-    from workbench.runs import load_metrics, load_runs
     if not isinstance(paths, (str, Path)):
         paths = [str(getattr(p, "path", p)) for p in paths]
     runs = load_runs(paths)
@@ -145,10 +207,9 @@ def bytes_columns(frame: pd.DataFrame) -> List[str]:
 def rank_bytes(runs: pd.DataFrame) -> pd.DataFrame:
     """Long table (label, rank, category, MiB_per_step) from each run's summary ``bytes_by_rank``
     (training traffic of every rank, eval excluded)."""
-    from workbench import runstore
     rows = []
     for r in runs.to_dict("records"):
-        s = runstore.read_json(Path(r["run_dir"]) / "summary.json") or {}
+        s = store.read_json(Path(r["run_dir"]) / "summary.json") or {}
         steps = max(1, int(s.get("steps") or 1))
         for rank, cats in (s.get("bytes_by_rank") or {}).items():
             for cat, sent in cats.items():

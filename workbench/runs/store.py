@@ -206,7 +206,7 @@ class RunLog:
         if not self.main:
             return
         self.metrics.write(record)
-        # TensorBoard's protobuf writes cost ~0.1 ms per scalar on rank 0, which every other rank
+        # TensorBoard's protobuf writes cost a fraction of a millisecond per scalar on rank 0, which every other rank
         # then waits for at the next collective: train scalars go to TensorBoard every 10th step
         # (metrics.jsonl keeps every step).
         if self.tb is not None and (record.get("kind") != "train" or record.get("step", 0) % 10 == 0):

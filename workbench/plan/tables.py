@@ -1,0 +1,70 @@
+"""The plan as text: one table per (workers, bandwidth), its paradigms ranked, and, after a
+verification, the measured step times and the accuracy summary."""
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Dict, List, Sequence, Tuple
+
+from workbench.perfmodel.profile import Profile
+from workbench.plan.rows import LOOPBACK
+
+def _rate(bps) -> str:
+    if bps is None:
+        return "never"
+    if math.isinf(bps):
+        return "always"
+    for unit, f in (("Tbit", 1e12), ("Gbit", 1e9), ("Mbit", 1e6), ("kbit", 1e3)):
+        if bps >= f:
+            return f"{bps / f:.3g} {unit}/s"
+    return f"{bps:.3g} bit/s"
+
+
+def _bytes(by: Dict[str, float]) -> str:
+    parts = [f"{k} {v / 2**20:.3g}" for k, v in sorted(by.items()) if v]
+    return ", ".join(parts) or "0"
+
+
+def table(rows: List[dict], prof: Profile) -> str:
+    out = []
+    groups: Dict[Tuple[int, str], List[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["workers"], r["bandwidth"]), []).append(r)
+    for (w, bw), rs in groups.items():
+        link = f"loopback ({_rate(8 * prof.beta)} measured)" if bw == LOOPBACK else bw
+        out.append(f"\n{w} ranks, {link}:")
+        verify_cols = any("measured_step_s" in r for r in rs)
+        head = f"{'#':>3}  {'paradigm':<22} {'step ms':>9} {'samples/s':>10}  {'bottleneck':<10}  {'crossover':<12}  MiB/step sent (by category)"
+        if verify_cols:
+            head += "  | measured ms  error   bytes"
+        out.append(head)
+        stanza = [r for r in rs if r["paradigm"].startswith("stanza/")]
+        best_stanza = max(stanza, key=lambda r: r["predicted_samples_per_s"])["paradigm"] if stanza else None
+        for r in rs:
+            cross = _rate(r["crossover_bps"]) if r["paradigm"].startswith("compressed/") else ""
+            name = r["paradigm"] + (" *" if r["paradigm"] == best_stanza and len(stanza) > 1 else "")
+            line = (f"{r['rank']:>3}  {name:<22} {1e3 * r['predicted_step_s']:>9.2f} {r['predicted_samples_per_s']:>10.1f}  "
+                    f"{r['bottleneck']:<10}  {cross:<12}  {_bytes(r['predicted_bytes_by_category'])}")
+            if "mean_staleness" in r:
+                line += f"  ⟨τ⟩ {r['mean_staleness']:.1f}, max τ {r['max_staleness']} (simulated)"
+            if "measured_step_s" in r:
+                ok = "exact" if r["bytes_error"] == 0 else f"{100 * r['bytes_error']:+.2f}%"
+                line += f"  | {1e3 * r['measured_step_s']:>9.2f}  {100 * r['error']:+6.1f}%  {ok}"
+            elif "measured_status" in r:
+                line += f"  | run {r['measured_status']}"
+            out.append(line)
+        if best_stanza and len(stanza) > 1:
+            out.append(f"     * Stanza's best allocation here: {best_stanza}")
+    errs = [r["error"] for r in rows if "error" in r]
+    if errs:
+        med, p90 = error_quantiles(errs)
+        out.append(f"\nstep time |error|: median {100 * med:.1f} %, 90th percentile {100 * p90:.1f} % "
+                   f"over {len(errs)} runs; bytes exact in {sum(r.get('bytes_error') == 0 for r in rows)}/{len(errs)}")
+    return "\n".join(out)
+
+
+def error_quantiles(errors: Sequence[float]) -> Tuple[float, float]:
+    """The median and the 90th percentile (nearest rank) of the errors' magnitudes: the planner's two
+    accuracy targets, computed one way for every table that reports them."""
+    errs = sorted(abs(e) for e in errors)
+    return statistics.median(errs), errs[min(len(errs) - 1, math.ceil(0.9 * len(errs)) - 1)]
