@@ -95,9 +95,9 @@ def test_exact_sums_over_two_servers(hardsync):
 
 
 def _timed_loop(rank, world, name, reps):
-    """The profile's timing of the PS loop (``workbench.ps.profile``) on a small linear model."""
+    """The profile's timing of the PS loop (``workbench.ps.exchange_timing``) on a small linear model."""
     from workbench.meter import Meter
-    from workbench.ps.profile import LOOPS
+    from workbench.ps.exchange_timing import LOOPS
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(20, 30), torch.nn.Linear(30, 5))
     before = [p.detach().clone() for p in model.parameters()]

@@ -28,7 +28,7 @@ def whatif_profile(overrides: Sequence[str] = (), ranks: int = 2, root: Optional
     shared, _, _ = _split_overrides(list(overrides))
     cfg = workbench.compose(shared)
     comps = {c: workbench.compose([f"compressor={c}"]).compressor for c in available_compressors() if c != "none"}
-    from workbench.compress.profile import measure_codecs
+    from workbench.compress.codec_timing import measure_codecs
     return load_or_measure(cfg, ranks, comps, root=root or cfg.output_root, log=lambda s: None, codec_fn=measure_codecs,
                            loop_fns=profile_loops(cfg, comps))
 

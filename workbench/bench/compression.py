@@ -60,7 +60,7 @@ def configs(model: str, nproc: int, steps: int, compressors, overrides, output_r
 def profiled(cfgs: dict, nproc: int, path: Path):
     """This host's profile for the suite's runs, measured now (the planner's profiler, with the codecs
     and hook loops of exactly these compressor settings, ``none`` included) and kept at ``path``."""
-    from workbench.compress.profile import measure_codecs
+    from workbench.compress.codec_timing import measure_codecs
     from workbench.perfmodel.profile import measure
     from workbench.plan import profile_loops
     comps = {n: c.compressor for n, c in cfgs.items()}

@@ -80,8 +80,8 @@ def server_service_time(nbytes: float, servers: int, bandwidth: float, latency: 
 
     Measured (docs/planner.md), the servers' timelines on emulated links, 2 workers: the small CNN's
     605 KB reply at 50 Mbit/s returned 1.2 ms after its push arrived (draining takes 101 ms), AlexNet's
-    228 MB at 500 Mbit/s held the server 3.8 s, its whole transfer. (Until 2026-12-01 this was
-    2·(2α + n/(S·β)) for every size.)"""
+    228 MB at 500 Mbit/s held the server 3.8 s, its whole transfer
+    (docs/notes/2026-12-06-perfmodel-history.md)."""
     shard = nbytes / servers
     return PS_MESSAGES * latency + shard / bandwidth + max(0.0, shard - send_buffer) / bandwidth
 

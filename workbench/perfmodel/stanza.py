@@ -98,8 +98,7 @@ STANZA_MESSAGES = 2  # each way: the activations and the labels out, their gradi
 def transfer_time(x: StanzaInputs) -> float:
     """One CONV worker's boundary activations (or their gradients): D = 2 alpha + s a b / beta. The
     schedule sends two messages each way (``trainer=stanza``'s ``_conv_step``); the labels' and the
-    loss's few bytes cost a latency each, as the parameter server's header does (``PS_MESSAGES``).
-    Until 2026-12-02 it charged one alpha."""
+    loss's few bytes cost a latency each, as the parameter server's header does (``PS_MESSAGES``)."""
     return (STANZA_MESSAGES - 1) * x.alpha + C.p2p_time(x.s * x.a * x.b, x.beta, x.alpha)
 
 

@@ -221,8 +221,8 @@ def profile_loops(cfg, compressors: Dict[str, object], planned: Sequence = ()) -
     declare (``ParadigmSpec.profile_loops``: BMUF's block)."""
     from functools import partial
 
-    from workbench.compress.profile import hook_loops
-    from workbench.ps.profile import LOOPS
+    from workbench.compress.codec_timing import hook_loops
+    from workbench.ps.exchange_timing import LOOPS
     from workbench.spec import spec_of
     from workbench.trainers.bookkeeping import bookkeeping_loop_s
     own = {k: v for c in planned for k, v in spec_of(c.trainer.name).profile_loops(c).items()}
@@ -343,7 +343,7 @@ def _plan_rows(overrides, bandwidths, workers, profile, speedup, latency, only, 
         loop = [w for w in workers if any(here(b) for b in bandwidths)]
         ranks = max([2, *loop])
         comps = {v.cfg.compressor.name: v.cfg.compressor for w in vs for v in vs[w] if v.trainer == "compressed"}
-        from workbench.compress.profile import measure_codecs
+        from workbench.compress.codec_timing import measure_codecs
         profile = load_or_measure(base, ranks, comps, root=root or base.output_root, log=log, refresh=refresh,
                                   codec_fn=measure_codecs, loop_fns=profile_loops(base, comps, [v.cfg for w in vs for v in vs[w]]))
     if speedup != 1.0:

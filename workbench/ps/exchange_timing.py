@@ -16,7 +16,7 @@ blocking receive waits for a core (docs/planner.md).
 
 It lives here, not in ``workbench.perfmodel``, because the model's layer imports none of the code
 it models (the parameter server, the trainers, the compressors): the planner hands these loops to
-the profile, as it hands it the compressors' codecs (``workbench.compress.profile``).
+the profile, as it hands it the compressors' codecs (``workbench.compress.codec_timing``).
 """
 from __future__ import annotations
 
