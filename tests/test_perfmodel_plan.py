@@ -1,5 +1,5 @@
 """The one performance model (workbench/perfmodel: collectives, paradigms, profile) and the planner
-(workbench/plan.py): collective costs against the meter's byte formulas, every step-time function
+(workbench/plan/): collective costs against the meter's byte formulas, every step-time function
 on hand-computed cases, the ranking flip between a compute-bound and a link-bound network, bad
 input (one line, exit 2, nothing profiled), and ``--verify --json`` on the small CNN with 3 ranks
 (predicted bytes equal measured bytes exactly).

@@ -93,7 +93,7 @@ def pin_threads(cores: Sequence[int]) -> None:
     thread, gloo's) between the cores, and step times spread from one launch to the next; pinned,
     they are steadier and the compressors' runs faster. A pinned rank needs its gloo device threads
     under ``SCHED_BATCH`` (:func:`yield_gloo_loops`), or its all-reduces stall for most of a
-    scheduler tick (docs/planner.md, "Ranks pinned to their cores", "gloo's device thread spins";
+    scheduler tick (docs/notes/2026-12-05-ranks-pinned.md, docs/notes/2026-12-05-gloo-device-thread-sched-batch.md;
     the measurements: docs/notes/2026-12-06-trainers-history.md)."""
     if not hasattr(os, "sched_setaffinity"):  # not Linux: the scheduler's placement stands
         return
@@ -124,7 +124,7 @@ def yield_gloo_loops() -> List[int]:
     preempt non-idle tasks", the fair scheduler's wake-up check), so it runs when the holder
     blocks, and finds the lock free; its share of a busy core stays a normal thread's. A higher
     nice instead either starves the thread's reading while the rank computes on its one core
-    (nice 19) or leaves the stall (nice 10) (docs/planner.md, "gloo's device thread spins"; the
+    (nice 19) or leaves the stall (nice 10) (docs/notes/2026-12-05-gloo-device-thread-sched-batch.md; the
     traces and timings: docs/notes/2026-12-06-trainers-history.md)."""
     policy = getattr(os, f"SCHED_{GLOO_LOOP_SCHED.upper()}", None)
     if not hasattr(os, "sched_setscheduler") or policy is None:
@@ -174,18 +174,9 @@ def new_group(*args, **kwargs):
     return group
 
 
-def pins(node) -> bool:
-    """``testbed.pin`` of a composed config, given its ``testbed`` node, the whole config, or
-    another of its nodes (``cfg.cluster``: the node is read back to its root)."""
-    if node is None:
-        return False
-    if "pin" in node:
-        return bool(node.pin)
-    from omegaconf import DictConfig, OmegaConf
-    root = node
-    while isinstance(root, DictConfig) and root._get_parent() is not None:
-        root = root._get_parent()
-    return bool(OmegaConf.select(root, "testbed.pin", default=False)) if isinstance(root, DictConfig) else False
+def pins(testbed) -> bool:
+    """``testbed.pin`` of a composed config's ``testbed`` node (None: not pinned)."""
+    return bool(testbed is not None and testbed.get("pin", False))
 
 
 def pin_cores(testbed, index: int, host_ranks: int) -> Optional[List[int]]:

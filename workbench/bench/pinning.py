@@ -11,7 +11,7 @@ Why it is measured: with 2 ranks on 2 cores and nothing pinned, the scheduler mo
 (the training loop, the compression hook's thread, gloo's) between the cores, and the same run's step
 differs from one launch to the next; pinned, the compressors run steadier and faster, and gloo's
 device thread runs under ``SCHED_BATCH`` so that it does not stall ``sync``'s all-reduce
-(docs/planner.md, "Ranks pinned to their cores", "gloo's device thread spins"; the measurements:
+(docs/notes/2026-12-05-ranks-pinned.md, docs/notes/2026-12-05-gloo-device-thread-sched-batch.md; the measurements:
 docs/notes/2026-12-06-bench-history.md).
 Which of the two goes first alternates by round, so a host that drifts favours neither.
 Pinning needs as many cores as ranks: with more ranks than cores both columns run unpinned.

@@ -82,7 +82,7 @@ def time_hook_loop(ccfg, model, step, meter, comm_device, make_optimizer, reps: 
     cores) every compressor's row came out 10–25 % short when codec and collectives were priced
     from their own loops, while ResNet-18's were within 12 %: in a run the codec runs between a
     bucket's collectives, on a thread of its own, on cores the other ranks use, and what that costs
-    is not the sum of the parts (docs/planner.md, "The compressors' own loop")."""
+    is not the sum of the parts (docs/notes/2026-12-02-compressors-own-loop.md)."""
     import torch.distributed as dist
 
     from workbench.compress.hook import CompressionHookState, compression_hook

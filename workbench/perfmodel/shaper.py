@@ -93,7 +93,7 @@ def beyond_host_s(parts: Sequence[Sequence[Tuple[float, float, float]]], wait: f
     the shaper holds the ring no rank computes, so the cores are free. With a core per rank the
     host part is CPU work the ring needs before and after each chunk, in series with the wire.
     With 2 ranks on 2 cores the measurements do not settle which of the two holds
-    (docs/planner.md, "The host part and the wire")."""
+    (docs/notes/2026-12-04-host-part-and-wire.md)."""
     whole = float(sum(n for msgs in parts for _, _, n in msgs)) or 1.0
     return [sum(max(0.0, stack + wait * n / whole - host) for host, stack, n in msgs) for msgs in parts]
 

@@ -6,7 +6,7 @@ learners, 1024 and beyond), calibrated by this machine's profile and run by the 
 - :mod:`workbench.sim.ps`: workers, links and servers; the servers' decisions are
   :class:`workbench.ps.rules.Protocol`, the same class the real server runs.
 
-What it models, what it leaves out and where it was checked against real runs: docs/planner.md.
+What it models, what it leaves out and where it was checked against real runs: docs/simulator.md.
 The command line is :mod:`workbench.sim.__main__`.
 """
 from workbench.sim.ps import replay, simulate

@@ -23,7 +23,7 @@ Prints updates/s, samples/s, a worker's mean step, ⟨τ⟩, max τ and the τ h
 and links' utilisation; ``--json FILE`` writes all of it. Exit status 0; 2 for bad input (λ < 1, n
 outside 1..λ, a spread or slowdown out of range, a request estimated to take longer than
 ``--max-wall-s`` here): one line, before anything is simulated. What the simulator models and leaves
-out, and its check against real runs: docs/planner.md.
+out, and its check against real runs: docs/simulator.md.
 """
 from __future__ import annotations
 

@@ -107,7 +107,7 @@ def compute_levels(model, x, y, a: int, meter, device, comm_device, steps: int) 
     each rank runs in its own scheduler slot). At least 0.2 s of calls per level, the same count on
     every rank (all overlap to the end). Each call starts from no gradients, as a training step
     does (zero_grad(set_to_none=True)): backward then hands its gradients over instead of adding
-    them into .grad, which is slower (docs/planner.md, "Gradients that pile up")."""
+    them into .grad, which is slower (docs/notes/2026-12-02-resnet18-behind-200mbit.md)."""
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -272,7 +272,7 @@ def measure_collectives(items, meter, comm_device, step: Optional[Callable[[], N
     it at different times, and the next step starts as skewed, which a collective timed after a
     barrier-released backward misses. The one-float loop is the base because it is the same kind
     of loop as what it is subtracted from; where it is the slower loop the cost clips to 0
-    (docs/planner.md, "Profile v10–v11"; docs/notes/2026-12-06-perfmodel-history.md).
+    (docs/notes/2026-12-03-profile-v10-v11.md; docs/notes/2026-12-06-perfmodel-history.md).
     It is kept as the base because it is the same kind of loop as what it is subtracted from. The
     cost is far from linear in size, so the model looks these up for this host's rows instead of
     an α-β line. Without ``step``: the median of ``reps`` collectives from a common idle release
@@ -336,7 +336,7 @@ def step_collectives_loop_s(items, meter, comm_device, step: Callable[[], None],
     collectives re-aligns once: on ResNet-18 (steps of a second, 3 ranks on 2 cores) each of
     PowerSGD's six small all-reduces timed alone read 34–311 ms beyond the span, 1.1 s summed,
     where its runs' steps had about 0.3 s beyond the span for their codec and collectives together
-    (docs/planner.md, "A step's collectives timed together")."""
+    (docs/notes/2026-12-02-collectives-timed-together.md)."""
     import torch.distributed as dist
     calls = [_collective_once(c, d, nb, meter, comm_device) for c, d, nb in items]
 

@@ -128,8 +128,7 @@ class Profile:
         at once (``codec_shared_s``), scaled to k ranks as the compute slows: a codec streams its
         bucket through memory, and the ranks' codecs slow each other by their own factor, not the
         compute's (ResNet-18, 3 ranks on 2 cores: 1.2–2.7× alone against the compute's 1.4×;
-        docs/planner.md, "A step's collectives timed together, and the codecs with every rank at
-        once"). Profiles without it: the time alone scaled as the compute slows."""
+        docs/notes/2026-12-02-collectives-timed-together.md). Profiles without it: the time alone scaled as the compute slows."""
         c = self.codecs[compressor]
         if not shares_cores:
             return c["codec_s"][i] / self.speedup

@@ -30,7 +30,7 @@ def _init_rank(rank: int, world: int, port: int, cfg):
 
     from workbench.dist import pin_rank, threads_per_rank, yield_gloo_loops
     os.environ["WORKBENCH_HOST_RANKS"] = str(world)
-    pinned = pin_rank(cfg.cluster, rank, world)
+    pinned = pin_rank(cfg.testbed, rank, world)
     torch.set_num_threads(threads_per_rank(cfg.cluster, world))
     store = dist.TCPStore("127.0.0.1", port, world, is_master=rank == 0)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
@@ -295,7 +295,7 @@ def _cached(path, cfg, ranks: int, compressors, loop_fns) -> Optional[Profile]:
     ``workbench.dist.yield_gloo_loops``, where it is pinned)."""
     from workbench.dist import GLOO_LOOP_SCHED, pin_cores
     prof = Profile.load(path)
-    want = pin_cores(cfg.cluster, 0, ranks) is not None
+    want = pin_cores(cfg.testbed, 0, ranks) is not None
     pinned = bool(prof.machine.get("pinned")) == want \
         and (not want or prof.machine.get("gloo_loop_sched") == GLOO_LOOP_SCHED)
     if prof.version == PROFILE_VERSION and set(compressors or {}) <= set(prof.codecs) and pinned \
