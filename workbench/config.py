@@ -17,6 +17,8 @@ values.
 """
 from __future__ import annotations
 
+import functools
+
 from typing import List
 
 from omegaconf import DictConfig, OmegaConf
@@ -26,10 +28,13 @@ from workbench.core import (CheckpointConfig, ClusterConfig, CompressorConfig, C
                             TrainerConfig, check, conf_dir, store_schema, world_size)
 
 
+@functools.lru_cache(maxsize=None)
 def user_config_groups() -> str:
     """The config groups a user picks from, ``group: option, option`` a line: Hydra's
     ``$APP_CONFIG_GROUPS`` without the schemas under ``schema/`` (for conf/hydra/help/workbench.yaml,
-    as the resolver ``${workbench.config_groups:}``; read from the running Hydra's config loader)."""
+    as the resolver ``${workbench.config_groups:}``; read from the running Hydra's config loader).
+    Hydra resolves the help template at every compose; walking the groups costs more than the
+    compose itself, and they do not change while a process runs, so the first answer is kept."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.object_type import ObjectType
 
