@@ -12,7 +12,7 @@ import math
 import statistics
 from pathlib import Path
 
-from workbench.runs import Run
+from workbench.runs.handle import Run
 
 CLAIMS = {
     "a": "Goyal et al. 2017 / Alchemist RQ5: with linear scaling and warm-up, final accuracy at a fixed "

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import workbench
 from workbench.analysis import accuracy as acc
-from workbench.bench import report
+from workbench.bench import suite
 
 TABLES = ["a", "b", "c", "d", "e"]
 TITLES = {"a": "large-batch limit", "b": "Shallue's regimes", "c": "sync vs async",
@@ -103,7 +103,7 @@ def launch(t: str, a, out: Path) -> list:
             run = workbench.launch(cfg, progress=False, check=False)
             entries.append({"table": t, "config": cfg_cols, "seed": s, "run": str(run.path.relative_to(out))})
             (out / "index.json").write_text(json.dumps({"target": a.target, "entries": entries}, indent=1))
-            report.progress({**cfg_cols, "seed": s, **acc.measures(run.path, a.target)})
+            suite.progress({**cfg_cols, "seed": s, **acc.measures(run.path, a.target)})
     return entries
 
 
@@ -170,7 +170,7 @@ def figures(tables: dict) -> dict:
 
 
 def parse(argv=None):
-    p = report.parser("accuracy", __doc__, "1 000 images, 1 seed, a few steps, 2 configurations a table")
+    p = suite.parser("accuracy", __doc__, "1 000 images, 1 seed, a few steps, 2 configurations a table")
     p.add_argument("--only", default=",".join(TABLES), help="tables to run, e.g. a,c (default: all five)")
     p.add_argument("--from-runs", action="store_true", help="rebuild the tables from <out>/accuracy/<t>/index.json")
     p.add_argument("--seeds", type=int, default=3)
@@ -213,8 +213,8 @@ def main(argv=None) -> tuple:
     """Run (or with ``--from-runs`` read) the selected tables, write their reports; return
     ``(tables, verdicts)``."""
     a = parse(argv)
-    suite = "accuracy-tiny" if a.tiny else "accuracy"  # a smoke run never replaces a campaign's tables
-    root = Path(a.out).resolve() / suite
+    name = "accuracy-tiny" if a.tiny else "accuracy"  # a smoke run never replaces a campaign's tables
+    root = Path(a.out).resolve() / name
     tables = {}
     for t in [t for t in TABLES if t in a.only.split(",")]:
         if not a.from_runs:
@@ -224,10 +224,10 @@ def main(argv=None) -> tuple:
     cmd = "python -m workbench.bench accuracy " + " ".join(argv if argv is not None else [])
     figs = figures(tables)
     for t, rows in tables.items():
-        tab = report.Table(f"table_{t}", f"({t}) {TITLES[t]}: target {a.target:.0%}, medians over seeds (spread: "
+        tab = suite.Table(f"table_{t}", f"({t}) {TITLES[t]}: target {a.target:.0%}, medians over seeds (spread: "
                            "min–max; n.r.: not reached by the cap)", rows)
-        path = report.write(f"{suite}/{t}", f"{suite} ({t}): {TITLES[t]}", cmd.strip(), [tab],
+        path = suite.write(f"{name}/{t}", f"{name} ({t}): {TITLES[t]}", cmd.strip(), [tab],
                             [figs[t]] if t in figs else [], notes=notes.get(t, ""), out_root=a.out,
-                            benchmarks_md=report.ROOT / "BENCHMARKS.md" if a.write else None)
+                            benchmarks_md=suite.ROOT / "BENCHMARKS.md" if a.write else None)
         print(f"\n{tab.markdown()}\n\n{notes.get(t, '')}\n\nreport: {path / 'report.html'}")
     return tables, notes
