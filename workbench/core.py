@@ -217,6 +217,8 @@ class CompressorConfig:
 
     name: str = MISSING  # registry key (workbench/compress/<name>.py)
     error_feedback: bool = False  # keep what was not sent and add it to the next step's gradient
+    pull: str = "none"  # parameter server's pull: none | same | a compressor that carries weights (fp16)
+    activations: str = "same"  # Stanza's CONV<->FC messages: same | none | a compressor that carries them
 
 
 ConfigStore.instance().store(name="workbench_schema", node=Config)  # conf/config.yaml's first default

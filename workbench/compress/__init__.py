@@ -41,8 +41,12 @@ COMPRESSORS: Registry = Registry("compressor", key="compressor.name", entry_poin
                                  validate=lambda cls, cfg: cls.validate(cfg.compressor))
 
 
+SCHEMAS: dict = {}  # name -> the compressor's config dataclass (a codec built by another key: compressor.pull)
+
+
 def register_compressor_schema(name: str, node: type) -> None:
     """File a compressor's dataclass as ``schema/compressor/<name>``."""
+    SCHEMAS[name] = node
     store_schema("compressor", name, node)
 
 
@@ -55,4 +59,4 @@ def build_compressor(cfg, rank: int, world: int, seed: int = 0) -> Compressor:
     return comp
 
 
-COMPRESSORS.discover(__name__, __path__, skip=("base", "hook", "error_feedback", "bench"))
+COMPRESSORS.discover(__name__, __path__, skip=("base", "hook", "error_feedback", "messages", "bench"))

@@ -48,6 +48,9 @@ class Compressor:
     collective = "allreduce"  # allreduce | allgather
     category = "compressed"  # meter category of its traffic
     bench_overrides: tuple = ()  # settings the bench suites run it with (e.g. a sparsifier's k)
+    # The messages it can carry (workbench.compress.messages.KINDS): gradient | delta | weights | activation
+    carries: frozenset = frozenset({"gradient", "delta"})
+    point_to_point = True  # send/receive one rank's tensor with no collective (a push, a pull, an activation)
 
     def __init__(self, cfg, rank: int, world: int, seed: int = 0) -> None:
         self.cfg, self.rank, self.world, self.seed = cfg, rank, world, seed
@@ -98,6 +101,21 @@ class Compressor:
         received = channel.exchange(self.collective, payload, self.category)
         with channel.timed("decode"):
             return self.decode(received, ctx, info)
+
+    # -- point to point: one rank's tensor, decoded by its receiver --------------------------------
+    # (an instance built with world=1: its payload stands for ``x`` itself, not for a share of a sum)
+    def send(self, x: torch.Tensor, info: BucketInfo) -> Payload:
+        """The payload of ``x`` (error feedback, where wrapped, keeps what it drops)."""
+        payload, _ = self.encode(x, info)
+        return payload
+
+    def receive(self, payload: Payload, n: int, info: BucketInfo) -> torch.Tensor:
+        """The ``n``-element float32 tensor a payload from :meth:`send` stands for."""
+        return self.local(payload, self.p2p_context(n), info).reshape(-1).float()
+
+    def p2p_context(self, n: int) -> Any:
+        """What :meth:`local` needs beside the payload, known to a receiver that knows ``n``."""
+        return n
 
     # -- checkpoint -------------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -20,6 +20,7 @@ class ErrorFeedback(Compressor):
         self.name = inner.name
         self.collective = inner.collective
         self.category = inner.category
+        self.carries, self.point_to_point = inner.carries, inner.point_to_point
         self.errors: Dict[int, torch.Tensor] = {}
 
     def encode(self, x, info):
@@ -34,6 +35,9 @@ class ErrorFeedback(Compressor):
 
     def local(self, payload, ctx, info):
         return self.inner.local(payload, ctx, info)
+
+    def p2p_context(self, n):
+        return self.inner.p2p_context(n)
 
     def state_dict(self) -> dict:
         return {"inner": self.inner.state_dict(), "errors": {k: v.detach().cpu().clone() for k, v in self.errors.items()}}

@@ -19,6 +19,7 @@ register_compressor_schema("fp16", FP16Config)
 class FP16(Compressor):
     name = "fp16"
     collective = "allreduce"
+    carries = frozenset({"gradient", "delta", "weights", "activation"})
     dtype = torch.float16
 
     @classmethod
@@ -33,3 +34,6 @@ class FP16(Compressor):
 
     def local(self, payload, ctx, info):
         return payload.to(ctx) * self.world
+
+    def p2p_context(self, n):
+        return torch.float32

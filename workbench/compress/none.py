@@ -18,6 +18,7 @@ register_compressor_schema("none", NoneConfig)
 class NoCompression(Compressor):
     name = "none"
     collective = "allreduce"
+    carries = frozenset({"gradient", "delta", "weights", "activation"})
     category = "allreduce"  # the same traffic as trainer=sync
 
     def encode(self, x, info):

@@ -94,6 +94,7 @@ def _split(views, c):
 class PowerSGD(Compressor):
     name = "powersgd"
     collective = "allreduce"
+    point_to_point = False  # two all-reduces (P, then Q) per matrix
     own_error_feedback = True  # the generic wrapper is not applied
     bench_overrides = ("compressor.start_iter=2",)  # the bench suites measure compressed steps only
 

@@ -41,6 +41,7 @@ def dequantize(norm: torch.Tensor, q: torch.Tensor, levels: int) -> torch.Tensor
 class QSGD(Compressor):
     name = "qsgd"
     collective = "allgather"
+    carries = frozenset({"gradient", "delta", "weights", "activation"})
     bench_overrides = ("compressor.levels=16",)
 
     @classmethod

@@ -33,6 +33,7 @@ def shared_indices(n: int, count: int, seed: int, step: int, bucket: int) -> tor
 class RandomK(Compressor):
     name = "randomk"
     collective = "allreduce"
+    point_to_point = False  # the positions come from a seed both ends of a collective share
     bench_overrides = ("compressor.k=0.01", "compressor.error_feedback=true")
 
     @classmethod

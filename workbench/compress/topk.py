@@ -44,6 +44,7 @@ class SparseCompressor(Compressor):
     """All-gather of (value, index) pairs; subclasses choose the indices."""
 
     collective = "allgather"
+    carries = frozenset({"gradient", "delta", "weights"})
     bench_overrides = ("compressor.k=0.01",)
 
     @classmethod

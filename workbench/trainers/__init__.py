@@ -7,6 +7,7 @@ module, so :data:`SPECS` and the labels (:func:`paradigm_of`) read from here are
 ``docs/extending.md``."""
 from __future__ import annotations
 
+from workbench.compress.messages import check_messages
 from workbench.core import check
 from workbench.registry import Registry
 from workbench.spec import SPECS, paradigm_of, paradigm_of_config  # noqa: F401  (filled by the discovery below)
@@ -21,10 +22,7 @@ def _validate(cls, cfg) -> None:
         check(d.global_batch_size >= workers and d.global_batch_size % workers == 0, "data.global_batch_size",
               d.global_batch_size, f"must be a positive multiple of the {workers} worker ranks")
     cls.validate(cfg)
-    comp = cfg.get("compressor")
-    if comp is not None and comp.name != "none" and not getattr(cls, "uses_compressor", False):
-        check(False, "compressor.name", comp.name, f"trainer {t.name} does not compress gradients; use "
-              "trainer=compressed or compressor=none")
+    check_messages(cfg.get("compressor"), cls.compressed_messages(cfg), t.name)
 
 
 TRAINERS: Registry = Registry("trainer", key="trainer.name", entry_points="workbench.trainers", validate=_validate)

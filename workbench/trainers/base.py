@@ -126,6 +126,12 @@ class Trainer:
     def validate(cls, cfg: DictConfig) -> None:
         """Trainer-specific checks; raise workbench.core.ConfigError."""
 
+    @classmethod
+    def compressed_messages(cls, cfg: DictConfig) -> list:
+        """The messages this trainer sends through ``cfg.compressor`` (:class:`workbench.compress.messages.Message`
+        each); validation refuses a compressor that cannot carry one, or any compressor where this is empty."""
+        return []
+
     # -- construction ------------------------------------------------------------------------------
     def __init__(self, cfg: DictConfig, info: DistInfo, meter: Meter, log: RunLog) -> None:
         self.cfg, self.info, self.meter, self.log = cfg, info, meter, log

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from workbench.compress import COMPRESSORS, build_compressor
+from workbench.compress.messages import Message
 from workbench.compress.hook import CompressionHookState, compression_hook
 from workbench.core import ConfigError, TrainerConfig, store_schema
 from workbench.spec import ParadigmSpec, declare
@@ -43,7 +44,10 @@ store_schema("trainer", "compressed", CompressedConfig)
 @TRAINERS.register("compressed")
 class CompressedTrainer(SyncTrainer):
     name = "compressed"
-    uses_compressor = True
+
+    @classmethod
+    def compressed_messages(cls, cfg) -> list:
+        return [Message("gradient", "collective", what="the gradient all-reduce")]
 
     @classmethod
     def validate(cls, cfg) -> None:
