@@ -25,7 +25,8 @@ from workbench.registry import Registry
 
 Get = Callable[[str], object]  # reads a dotted config key of a run (``trainer.mode``); None where absent
 
-QUALIFIERS = ("trainer.mode", "trainer.protocol", "compressor.name")  # label qualifiers, where set
+QUALIFIERS = ("trainer.mode", "trainer.protocol")  # label qualifiers, where set
+OWN_COMPRESSOR = ("compressed",)  # trainers whose label names the compressor itself (compressed/topk)
 
 
 def qualified(name: str, get: Get, keys=QUALIFIERS) -> str:
@@ -77,8 +78,13 @@ class ParadigmSpec:
     smoke_overrides: Callable[[int], List[str]] = _none
 
     def paradigm(self, get: Get) -> str:
-        """The label of a run of this paradigm whose config key ``k`` is ``get(k)``."""
-        return self.label(get) if self.label is not None else qualified(self.name, get)
+        """The label of a run of this paradigm whose config key ``k`` is ``get(k)``; a paradigm that
+        compresses on the side of its own protocol gets ``+<compressor>`` (``ps/sync+topk``)."""
+        if self.name in OWN_COMPRESSOR:
+            return self.label(get) if self.label is not None else qualified(self.name, get, QUALIFIERS + ("compressor.name",))
+        label = self.label(get) if self.label is not None else qualified(self.name, get)
+        comp = get("compressor.name")
+        return f"{label}+{comp}" if isinstance(comp, str) and comp and comp != "none" else label
 
 
 SPECS: Registry = Registry("paradigm spec")
