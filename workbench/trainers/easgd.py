@@ -129,7 +129,8 @@ TAG_DIFF = 16  # a compressed elastic difference's header; its payload on 17 (th
 class CompressedElasticRule(ElasticRule):
     """:class:`ElasticRule` whose workers send a compressed elastic difference against the centre
     each last received (``sent``) before a ``PULL``; the rule receives it and applies c_i + d_i as
-    that worker's x_i (the module docstring)."""
+    that worker's x_i (the module docstring). Every ``PULL`` of such a run carries a difference:
+    EASGD's workers pull only in their exchange."""
 
     def __init__(self, center: torch.Tensor, workers, *, sync: bool, alpha: float, codec, meter, group,
                  shard: int) -> None:
