@@ -14,6 +14,10 @@ instead, the look-ahead ηΔ would be counted again in every block (momentum 2η
 trainer with η = 0, ζ = 1: plain periodic model averaging. Evaluation and ``model.pt`` use W; a
 last, shorter block closes the run when the step count is not a multiple of the block.
 
+With a compressor (``compressor=topk`` …) each worker's block progress x_i − S goes through the
+compressor's collective instead of the model's all-reduce (its mean is G; :func:`block_sync`,
+:mod:`workbench.compress.delta`); ``compressor=none`` is the all-reduce of the model, bit for bit.
+
     python -m workbench trainer=bmuf cluster.nproc=4 trainer.block=8
     python -m workbench trainer=bmuf trainer.block_momentum=0.5 trainer.nesterov=false
     python -m workbench trainer=local_sgd cluster.nproc=4 trainer.block=4
@@ -249,7 +253,8 @@ def _bmuf_model(cfg):
 def _block_bytes(cfg, summary, shapes) -> float:
     """Bytes a worker sends per step: one average per ``trainer.block`` steps, a ring all-reduce of
     the float32 model (2(N-1)/N M), or with a compressor its payload over the averager's buckets
-    times its collective's factor (:meth:`workbench.compress.Compressor.sent_bytes`)."""
+    times its collective's factor (:meth:`workbench.compress.Compressor.sent_bytes`). A run's
+    last, shorter block (steps not a multiple of the block) averages at save time, in no step."""
     n, block = BMUFTrainer.num_workers(cfg), int(cfg.trainer.block)
     comp = cfg.get("compressor")
     if comp is None or comp.name == "none":
