@@ -112,9 +112,9 @@ def _relative(got, want, init):
 
 def test_fp16_trains_as_stanza_with_rounded_activations(runs):
     """fp16 on both: the run is the global batch's SGD with its boundary tensors rounded to float16
-    (that rounding alone moves the parameters ~3 % off plain SGD in 3 steps), up to the fp16 all-reduce's
-    rounding, which error feedback keeps small: Stanza's sum over the CONV group and the FC side's
-    share of the global-batch loss survive compression."""
+    (a rounding that alone moves the parameters over 1 % off plain SGD in 3 steps), up to the fp16
+    all-reduce's rounding, which error feedback keeps small: Stanza's sum over the CONV group and
+    the FC side's share of the global-batch loss survive compression."""
     run = runs["fp16"]
     overrides, workers = [*BASE, *CASES["fp16"]], run.summary["workers"]
     got = torch.load(run.path / "model.pt")
