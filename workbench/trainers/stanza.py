@@ -38,6 +38,11 @@ predicted next to measured throughput in ``summary.json`` under ``stanza``.
 
 For evaluation and ``model.pt`` the FC part is broadcast once from the first FC worker
 (category ``eval_sync``): evaluation traffic, not training traffic.
+
+Compression (``compressor=fp16``; ``compressor=powersgd compressor.activations=fp16``): the
+activations and their gradients go through the codec ``compressor.activations`` names, the CONV
+group's all-reduce through ``compressor.name``'s, under the same meter categories
+(:mod:`workbench.trainers.stanza_messages`; docs/stanza.md, "Compression in Stanza").
 """
 from __future__ import annotations
 
