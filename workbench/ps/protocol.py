@@ -24,6 +24,14 @@ At the end every worker sends ``DONE``; rank 0 then polls each server with ``FIN
 (category ``ps_final``) and the server's statistics. Polling keeps every receive within the
 timeout however far behind a straggler is.
 
+Compressed (:mod:`workbench.ps.compression`, ``compressor=…`` and ``compressor.pull=…``): the push
+header's fourth field is the payload's length in bytes, and the payload its raw bytes (any length,
+none at all when it is empty); a compressed pull's reply header carries the length the same way. A
+worker cannot post the receive of a reply whose length it does not know, so it waits for the
+servers' reply headers in server order and receives each reply's payload right after its header: a
+server blocked on a reply to this worker is then always either the one it waits on or one it reaches
+next, and no cycle forms.
+
 Categories: ``grad_push`` (gradients up; EASGD pushes parameters as ``param_push``), ``param_pull``
 (parameters down) and ``ps_control`` (the 32-byte headers, clocks and statistics), so the payload
 categories hold exactly the model's bytes. Every wait has the meter's timeout (``cluster.timeout_s``).
@@ -61,20 +69,52 @@ def header(*values: int) -> torch.Tensor:
 
 
 class PSClient:
-    """A worker's side of the protocol: one flat buffer per server, one clock per server."""
+    """A worker's side of the protocol: one flat buffer per server, one clock per server.
+
+    ``codecs`` (:class:`workbench.ps.compression.WorkerCodecs`, None: dense): the push's codecs,
+    and the pull's where it is compressed; then ``pull_bufs`` hold the replica of each shard the
+    server keeps for this worker (:meth:`sync_replicas` sets them from the model)."""
 
     def __init__(self, meter: Meter, layout: ShardLayout, server_ranks: Sequence[int], group=None,
-                 push_category: str = "grad_push", pull_category: str = "param_pull") -> None:
+                 push_category: str = "grad_push", pull_category: str = "param_pull", codecs=None) -> None:
         self.meter, self.layout, self.servers, self.group = meter, layout, list(server_ranks), group
         self.push_category, self.pull_category = push_category, pull_category
+        self.codecs = codecs
         self.timestamps = [0] * len(self.servers)  # the servers' clocks on the weights we hold
         self.pull_bufs = [torch.empty(layout.numel(s)) for s in range(len(self.servers))]
         self.push_bufs = [torch.empty(layout.numel(s)) for s in range(len(self.servers))]
         self.last_status: List[int] = [APPLIED] * len(self.servers)
 
+    @property
+    def compressed_push(self) -> bool:
+        return self.codecs is not None and self.codecs.push is not None
+
+    @property
+    def compressed_pull(self) -> bool:
+        return self.codecs is not None and self.codecs.pull is not None
+
+    def sync_replicas(self, params: Sequence[torch.Tensor]) -> None:
+        """Set each shard's replica to ``params`` (the model the servers' replicas equal: at the
+        start, and after a checkpoint is loaded)."""
+        for s in range(len(self.servers)):
+            self.layout.flatten(params, s, self.pull_bufs[s])
+
+    def _post_sends(self, kind: int, step: int, payload: Optional[Sequence[torch.Tensor]]) -> list:
+        """Post the header (and payload) to every server; header[3] is a compressed payload's length."""
+        works = []
+        for s, rank in enumerate(self.servers):
+            size = payload[s].numel() if payload is not None and self.compressed_push else 0
+            h = header(kind, self.timestamps[s], step, size)
+            works.append((h, self.meter.isend(h, rank, CONTROL, TAG_HDR, self.group)))
+            if payload is not None and payload[s].numel():
+                works.append((payload[s], self.meter.isend(payload[s], rank, self.push_category, TAG_DATA, self.group)))
+        return works
+
     def _exchange(self, kind: int, step: int, payload: Optional[Sequence[torch.Tensor]],
                   reply: bool, reply_len: Optional[List[int]] = None) -> List[torch.Tensor]:
-        works, keep, hdrs, outs = [], [], [], []
+        if reply and reply_len is None and self.compressed_pull:
+            return self._exchange_deltas(kind, step, payload)
+        works, hdrs, outs = [], [], []
         g = self.group
         if reply:
             for s, rank in enumerate(self.servers):
@@ -86,12 +126,8 @@ class PSClient:
                 cat = self.pull_category if reply_len is None else CONTROL
                 if buf.numel():
                     works.append(self.meter.irecv(buf, rank, cat, TAG_REPLY_DATA, g))
-        for s, rank in enumerate(self.servers):
-            h = header(kind, self.timestamps[s], step)
-            keep.append(h)
-            works.append(self.meter.isend(h, rank, CONTROL, TAG_HDR, g))
-            if payload is not None and payload[s].numel():
-                works.append(self.meter.isend(payload[s], rank, self.push_category, TAG_DATA, g))
+        sends = self._post_sends(kind, step, payload)  # (tensor, work): the tensors stay alive until sent
+        works += [w for _, w in sends]
         for w in works:
             w.wait()
         for s, h in enumerate(hdrs):
@@ -100,12 +136,49 @@ class PSClient:
             self.last_status[s] = int(h[1])
         return outs
 
+    def _exchange_deltas(self, kind: int, step: int, payload: Optional[Sequence[torch.Tensor]]) -> List[torch.Tensor]:
+        """An exchange whose replies are compressed pulls: the reply headers are posted first, each
+        reply's payload is received once its header says how long it is (in server order)."""
+        hdrs, works = [], []
+        for rank in self.servers:
+            h = torch.zeros(HEADER, dtype=torch.int64)
+            hdrs.append(h)
+            works.append(self.meter.irecv(h, rank, CONTROL, TAG_REPLY_HDR, self.group))
+        sends = self._post_sends(kind, step, payload)
+        for s, (h, w) in enumerate(zip(hdrs, works)):
+            w.wait()
+            self._take_reply(s, h)
+        for _, w in sends:
+            w.wait()
+        return self.pull_bufs
+
+    def _take_reply(self, s: int, h: torch.Tensor) -> bool:
+        """Server ``s``'s reply header ``h`` (received): note its clock and status, receive the
+        weights it announces into ``pull_bufs[s]`` (dense, or a compressed delta added to the
+        replica); returns whether weights came."""
+        self.timestamps[s], self.last_status[s] = int(h[0]), int(h[1])
+        rank = self.servers[s]
+        if not int(h[2]) or not self.pull_bufs[s].numel():
+            return False
+        if not self.compressed_pull:
+            self.meter.recv(self.pull_bufs[s], rank, self.pull_category, TAG_REPLY_DATA, self.group)
+            return True
+        wire = torch.empty(int(h[3]), dtype=torch.uint8)
+        if wire.numel():
+            self.meter.recv(wire, rank, self.pull_category, TAG_REPLY_DATA, self.group)
+        self.pull_bufs[s].add_(self.codecs.decode_pull(wire, s, self.pull_bufs[s].numel(), int(h[0])))
+        return True
+
     def push_pull(self, tensors: Sequence[torch.Tensor], into: Sequence[torch.Tensor], step: int = 0) -> None:
         """Push this worker's ``tensors`` (one per parameter: gradients, or for EASGD the
-        parameters), receive each server's answer into ``into`` (the model's parameters)."""
+        parameters), receive each server's answer into ``into`` (the model's parameters).
+        ``step`` (0-based) is the worker's step: a compressed push's codecs draw their randomness from it."""
         for s in range(len(self.servers)):
             self.layout.flatten(tensors, s, self.push_bufs[s])
-        self._exchange(PUSH, step, self.push_bufs, reply=True)
+        out = self.push_bufs
+        if self.compressed_push:
+            out = [self.codecs.encode(self.push_bufs[s], s, step) for s in range(len(self.servers))]
+        self._exchange(PUSH, step, out, reply=True)
         for s in range(len(self.servers)):
             self.layout.unflatten_into(self.pull_bufs[s], into, s)
 
@@ -122,9 +195,7 @@ class PSClient:
         for s, rank in enumerate(self.servers):
             h = torch.zeros(HEADER, dtype=torch.int64)
             self.meter.recv(h, rank, CONTROL, TAG_REPLY_HDR, self.group)
-            self.timestamps[s], self.last_status[s] = int(h[0]), int(h[1])
-            if int(h[2]) and self.pull_bufs[s].numel():
-                self.meter.recv(self.pull_bufs[s], rank, self.pull_category, TAG_REPLY_DATA, self.group)
+            if self._take_reply(s, h):
                 self.layout.unflatten_into(self.pull_bufs[s], into, s)
 
     def stats(self, length: int) -> List[torch.Tensor]:

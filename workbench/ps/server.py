@@ -15,6 +15,11 @@ and ``release_barrier(workers)`` — each returning the replies to send now as
 ``state_dict()``/``load_state_dict()`` (what a checkpoint must hold to continue). A worker whose
 reply is withheld is blocked; the rule must release it once it can make progress, and a rule whose
 every worker is waiting must always be able to (the bounded-staleness rule proves it in its tests).
+
+With ``codecs`` (:class:`workbench.ps.compression.ServerCodecs`) the loop decodes compressed pushes
+before the rule sees them, and turns the rule's replies into compressed pulls against each worker's
+replica before they are sent (at a checkpoint, before the shard is saved, so that the replicas
+saved are the weights the workers save); the rule never knows.
 """
 from __future__ import annotations
 
@@ -26,25 +31,43 @@ from workbench.meter import Meter
 from workbench.ps import protocol as P
 from workbench.ps import stats as S
 
-Reply = Tuple[int, int, torch.Tensor]
+Reply = Tuple[int, int, torch.Tensor]  # (worker, status, the weights to send it)
+Wire = Tuple[int, int, torch.Tensor, Optional[int]]  # ... what goes out, and a compressed payload's length
 
 
 class ServerLoop:
     def __init__(self, meter: Meter, rule, worker_ranks: Sequence[int], group=None,
                  push_category: str = "grad_push", pull_category: str = "param_pull",
                  on_message: Optional[Callable[[int], None]] = None, expect_final: bool = True,
-                 on_checkpoint: Optional[Callable[[int], None]] = None) -> None:
+                 on_checkpoint: Optional[Callable[[int], None]] = None, codecs=None) -> None:
         self.meter, self.rule, self.group = meter, rule, group
+        self.codecs = codecs  # compressed push / pull (None: dense)
         self.workers = list(worker_ranks)
         self.push_category, self.pull_category = push_category, pull_category
         self.on_message = on_message  # called with the rule's update count (fault injection)
         self.expect_final = expect_final
         self.on_checkpoint = on_checkpoint  # called with the step once every worker is at the barrier
 
-    def _send(self, replies: List[Reply]) -> None:
+    def _wire(self, replies: list) -> List[Wire]:
+        """The rule's replies as they go out: a compressed pull's payload where the pull is
+        compressed, else the weights themselves (replies already on the wire pass unchanged)."""
+        out = []
+        for r in replies:
+            if len(r) == 4:
+                out.append(r)
+                continue
+            worker, status, tensor = r
+            if self.codecs is not None and self.codecs.pull is not None and tensor.numel():
+                wire = self.codecs.encode_pull(worker, tensor, self.rule.timestamp)
+                out.append((worker, status, wire, wire.numel()))
+            else:
+                out.append((worker, status, tensor, None))
+        return out
+
+    def _send(self, replies: list) -> None:
         works = []
-        for worker, status, tensor in replies:
-            h = P.header(self.rule.timestamp, status, int(tensor.numel() > 0))
+        for worker, status, tensor, size in self._wire(replies):
+            h = P.header(self.rule.timestamp, status, int(size is not None or tensor.numel() > 0), size or 0)
             works.append((h, self.meter.isend(h, worker, P.CONTROL, P.TAG_REPLY_HDR, self.group)))
             if tensor.numel():
                 works.append((tensor, self.meter.isend(tensor, worker, self.pull_category, P.TAG_REPLY_DATA, self.group)))
@@ -52,7 +75,19 @@ class ServerLoop:
             w.wait()
         log = getattr(self.rule, "_log", None)  # the trace's timeline: when the sends returned
         if log is not None and replies:
-            log({"sent": [worker for worker, _, _ in replies]})
+            log({"sent": [r[0] for r in replies]})
+
+    def _receive_push(self, sender: int, hdr: torch.Tensor, n: int) -> torch.Tensor:
+        """The gradient (or, for EASGD, the parameters) of a push whose header is ``hdr``."""
+        if self.codecs is not None and self.codecs.push is not None:
+            wire = torch.empty(int(hdr[3]), dtype=torch.uint8)
+            if wire.numel():
+                self.meter.recv(wire, sender, self.push_category, P.TAG_DATA, self.group)
+            return self.codecs.decode_push(wire, sender, int(hdr[2]))
+        buf = torch.empty(n, dtype=self.rule.params.dtype)
+        if n:
+            self.meter.recv(buf, sender, self.push_category, P.TAG_DATA, self.group)
+        return buf
 
     def run(self) -> None:
         """Serve until every worker is done and, if ``expect_final``, one of them has polled for and
@@ -86,9 +121,7 @@ class ServerLoop:
             if sender not in active:
                 raise RuntimeError(f"server got message kind {kind} from rank {sender}, which is not an active worker")
             if kind == P.PUSH:
-                buf = torch.empty(n, dtype=rule.params.dtype)
-                if n:
-                    self.meter.recv(buf, sender, self.push_category, P.TAG_DATA, g)
+                buf = self._receive_push(sender, hdr, n)
                 rule.stats.mark()
                 replies = rule.on_push(sender, ts, buf)
             elif kind == P.PULL:
@@ -104,7 +137,7 @@ class ServerLoop:
                 barrier.add(sender)
                 replies = rule.on_barrier(sender)
                 if barrier >= active:
-                    replies += rule.release_barrier(sorted(barrier))
+                    replies = self._wire(replies + rule.release_barrier(sorted(barrier)))
                     if self.on_checkpoint is not None:
                         # after the release: the saved clocks say which weights each worker computes on
                         self.on_checkpoint(int(hdr[2]))

@@ -16,6 +16,10 @@ clocks, buffered gradients and statistics, and answers; then each worker writes 
 the servers just sent them), its clocks and RNG states. A restart (``cluster.max_restarts``) or
 ``workbench resume`` loads the newest checkpoint that every rank, servers included, completed.
 
+Compression (:mod:`workbench.ps.compression`): a trainer whose ``push_message`` / ``pull_message``
+are set (the gradient servers) compresses what ``cfg.compressor`` names for them; the workers' push
+codecs (error-feedback residuals) and the servers' per-worker replicas are part of the checkpoints.
+
 At the end rank 0 waits for every worker, pulls the final weights and saves them as ``model.pt``;
 ``summary.json`` gets the final accuracy of those weights and ``ps`` (the servers' totals).
 
@@ -35,6 +39,7 @@ from workbench.core import ConfigError, world_size
 from workbench.dist import new_group
 from workbench.models import build_model
 from workbench.ps import stats as S
+from workbench.ps.compression import ServerCodecs, WorkerCodecs
 from workbench.ps.protocol import PSClient
 from workbench.ps.server import ServerLoop
 from workbench.ps.sharding import ShardLayout
@@ -53,6 +58,10 @@ class PSTrainer(Trainer):
 
     push_category = "grad_push"
     pull_category = "param_pull"
+    # the Messages (workbench.compress.messages) of the push and the pull this trainer compresses
+    # through cfg.compressor; None: that direction is always dense
+    push_message = None
+    pull_message = None
 
     # -- role map ------------------------------------------------------------------------------------
     @classmethod
@@ -113,31 +122,53 @@ class PSTrainer(Trainer):
         layout = ShardLayout.of(params, len(self.server_ranks))
         shard = self.rank - self.workers
         rule = self.make_rule(layout.flatten(params, shard).clone(), total)
-        self._resumed = ckpt.resume(self.log.run_dir, self.rank, self.info.world_size, self.meter,
-                                    lambda s: rule.load_state_dict(s["rule"])) is not None
+        codecs = self.server_codecs(shard, rule.params, layout)
+
+        def load(state: dict) -> None:
+            rule.load_state_dict(state["rule"])
+            if codecs is not None:
+                codecs.load_state_dict(state["codecs"])
+        self._resumed = ckpt.resume(self.log.run_dir, self.rank, self.info.world_size, self.meter, load) is not None
         c = self.cfg.inject
         kill = (lambda updates: self._maybe_kill(c.kill_at_step) if updates >= c.kill_at_step else None) \
             if self.rank == c.kill_rank and c.kill_at_step >= 0 else None
 
         def save(step: int) -> None:
-            ckpt.save(self.log.run_dir, self.rank, step, {"rule": rule.state_dict(), "step": step,
-                                                          "rng": ckpt.rng_state(), "meter": self.meter.totals()},
-                      keep=self.cfg.checkpoint.keep)
+            state = {"rule": rule.state_dict(), "step": step, "rng": ckpt.rng_state(), "meter": self.meter.totals()}
+            if codecs is not None:
+                state["codecs"] = codecs.state_dict()
+            ckpt.save(self.log.run_dir, self.rank, step, state, keep=self.cfg.checkpoint.keep)
         self.meter.pop()
         ServerLoop(self.meter, rule, self.worker_ranks, self.group, self.push_category, self.pull_category,
-                   on_message=kill, on_checkpoint=save).run()
+                   on_message=kill, on_checkpoint=save, codecs=codecs).run()
         self.log.comm_step(0, self.meter.pop(), role="server", shard_numel=layout.numel(shard),
                            server=S.summarize(rule.stats.tensor()))
         return {"role": "server"}
+
+    def server_codecs(self, shard: int, params: torch.Tensor, layout: ShardLayout) -> Optional[ServerCodecs]:
+        """Server ``shard``'s push decoder and pull replicas; None where both directions are dense."""
+        codecs = ServerCodecs(self.cfg.get("compressor"), shard, params, layout.shard_shapes(shard), self.worker_ranks,
+                              self.cfg.seed, push=self.push_message, pull=self.pull_message)
+        return codecs if codecs.push is not None or codecs.pull is not None else None
 
     # -- worker side ---------------------------------------------------------------------------------
     def setup(self) -> None:
         self.model = self.build_model()
         self.params = list(self.model.parameters())
         self.layout = ShardLayout.of(self.params, len(self.server_ranks))
+        codecs = WorkerCodecs(self.cfg.get("compressor"), self.rank,
+                              [self.layout.shard_shapes(s) for s in range(len(self.server_ranks))], self.cfg.seed,
+                              push=self.push_message, pull=self.pull_message)
+        self.codecs = codecs if codecs.push is not None or codecs.pull is not None else None
         self.client = PSClient(self.meter, self.layout, self.server_ranks, self.group,
-                               self.push_category, self.pull_category)
+                               self.push_category, self.pull_category, codecs=self.codecs)
+        if self.client.compressed_pull:
+            self.client.sync_replicas(self.params)  # the servers' replicas start as these weights
         self.setup_worker()
+
+    def step_metrics(self) -> Dict[str, float]:
+        """A compressed push's (and pull's) bytes and codec times this step."""
+        return self.codecs.pop_stats() if self.codecs is not None else {}
 
     def setup_worker(self) -> None:
         """Anything else a worker needs (e.g. a local optimizer)."""
@@ -148,12 +179,19 @@ class PSTrainer(Trainer):
         super()._save_checkpoint(step, epoch, loop)
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "timestamps": list(self.client.timestamps), "steps_done": self.steps_done}
+        out = {**super().state_dict(), "timestamps": list(self.client.timestamps), "steps_done": self.steps_done}
+        if self.codecs is not None:
+            out["codecs"] = self.codecs.state_dict()  # the push's residuals (the pull's replica is the model)
+        return out
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.client.timestamps = list(state["timestamps"])
         self.steps_done = state["steps_done"]
+        if self.codecs is not None:
+            self.codecs.load_state_dict(state["codecs"])
+        if self.client.compressed_pull:
+            self.client.sync_replicas(self.params)
 
     def _score(self, model) -> Dict[str, float]:
         """The whole test set on this rank alone (no evaluation barrier for the asynchronous protocols)."""

@@ -13,11 +13,19 @@ exactly 2 x model bytes per step, against 2(N-1)/N x model bytes for a ring all-
 
 For bounded staleness, n-softsync and learning-rate modulation see ``trainer=staleness``.
 
+Compression (:mod:`workbench.ps.compression`): ``compressor=<name>`` compresses every push (a codec
+per worker and server shard, error feedback per shard where ``compressor.error_feedback``);
+``compressor.pull=<name>|same`` also compresses the weights sent back, as deltas against the
+replica the server keeps of each worker's copy. rank 0's train records carry ``payload_bytes``,
+``dense_bytes``, ``compression_ratio``, ``encode_ms``, ``decode_ms`` (and ``pull_payload_bytes``).
+
     python -m workbench trainer=ps cluster.nproc=4                       # 3 workers, 1 server
     python -m workbench trainer=ps trainer.mode=async trainer.num_servers=2 cluster.nproc=4
     python -m workbench trainer=ps trainer.mode=async inject.straggler_ranks=[1] inject.straggler_delay_s=0.05
     # GPU workers, CPU servers (servers ignore the device; the protocol uses a gloo group):
     python -m workbench trainer=ps cluster=local_gpu cluster.nproc=5 trainer.num_servers=1
+    # Top-K pushes (1 %, error feedback), and 16-bit pulls:
+    python -m workbench trainer=ps compressor=topk compressor.k=0.01 compressor.pull=fp16
 """
 from __future__ import annotations
 
@@ -27,7 +35,9 @@ from dataclasses import dataclass
 import torch
 
 from workbench.core import ConfigError, TrainerConfig, store_schema
+from workbench.ps import compression
 from workbench.ps.rules import GradientRule
+from workbench.ps.sharding import ShardLayout
 from workbench.ps.trainer import PSTrainer, smoke_overrides
 from workbench.spec import ParadigmSpec, declare
 from workbench.trainers import TRAINERS
@@ -48,7 +58,15 @@ store_schema("trainer", "ps", PSConfig)
 
 
 class GradientPSTrainer(PSTrainer):
-    """Workers push gradients, servers apply them with a :class:`GradientRule`."""
+    """Workers push gradients, servers apply them with a :class:`GradientRule`; both directions
+    may be compressed (:mod:`workbench.ps.compression`)."""
+
+    push_message = compression.PUSH
+    pull_message = compression.PULL
+
+    @classmethod
+    def compressed_messages(cls, cfg) -> list:
+        return compression.messages(cfg.get("compressor"))
 
     def rule_options(self) -> dict:
         raise NotImplementedError  # pragma: no cover - abstract
@@ -72,7 +90,7 @@ class GradientPSTrainer(PSTrainer):
         loss = self.loss_fn(self.model(x), y)
         loss.backward()
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-        self.client.push_pull(grads, self.params)
+        self.client.push_pull(grads, self.params, step=self.steps_done - 1)
         return loss.detach()
 
 
@@ -92,10 +110,16 @@ class ParameterServerTrainer(GradientPSTrainer):
         return {"hardsync": False, "c": 1}
 
 
-def _push_pull_bytes(cfg, summary, shapes) -> float:
+def push_pull_bytes(cfg, summary, shapes) -> float:
     """A worker pushes its gradients and pulls the weights: M = the parameters' float32 bytes
-    each way (the 32-byte headers per server are counted apart, as control)."""
-    return 4 * sum(math.prod(s) for s in shapes)
+    each way (the 32-byte headers per server are counted apart, as control). A compressed push
+    sends its codec's payload for each server's shard instead (``Compressor.payload_bytes``; its
+    length rides in the header)."""
+    comp = cfg.get("compressor")
+    if compression.codec_name(comp, compression.PUSH) is None:
+        return 4 * sum(math.prod(s) for s in shapes)
+    layout = ShardLayout([tuple(s) for s in shapes], int(cfg.trainer.num_servers))
+    return compression.payload_bytes(comp, compression.PUSH, [layout.numel(s) for s in range(layout.num_servers)])
 
 
 def _ps_model(cfg):
@@ -105,7 +129,7 @@ def _ps_model(cfg):
 
 
 declare(ParadigmSpec(
-    "ps", perf_model=_ps_model, analytic_bytes=_push_pull_bytes, smoke_overrides=smoke_overrides,
+    "ps", perf_model=_ps_model, analytic_bytes=push_pull_bytes, smoke_overrides=smoke_overrides,
     plan_variants=lambda ranks: [["trainer=ps", f"trainer.mode={m}"] for m in ("sync", "async")] if ranks >= 2 else [],
     bench_variants=lambda workers: [("ps sync (1 server)", ["trainer=ps", "trainer.mode=sync",
                                                             f"cluster.nproc={workers + 1}"])]))

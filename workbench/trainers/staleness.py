@@ -32,7 +32,7 @@ from workbench.ps.rules import MODULATIONS, ON_STALE
 from workbench.ps.trainer import smoke_overrides
 from workbench.spec import ParadigmSpec, declare, qualified
 from workbench.trainers import TRAINERS
-from workbench.trainers.ps import GradientPSTrainer, PSConfig
+from workbench.trainers.ps import GradientPSTrainer, PSConfig, push_pull_bytes
 
 
 @dataclass
@@ -93,6 +93,7 @@ def _staleness_model(cfg):
 
 declare(ParadigmSpec(
     "staleness", label=_label, perf_model=_staleness_model, smoke_overrides=smoke_overrides,
+    analytic_bytes=push_pull_bytes,  # one push per worker step, whatever the protocol
     # hardsync is ps/sync's model and bytes: planned once, as ps/sync
     plan_variants=lambda ranks: [["trainer=staleness", "trainer.protocol=softsync", f"trainer.n={n}"]
                                  for n in range(1, ranks)]))
