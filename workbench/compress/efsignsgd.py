@@ -54,5 +54,9 @@ class ScaledSign(Compressor):
             out += self._one(buf, ctx)
         return out.div_(self.world).mul_(self.cfg.step_scale).to(received[0].device)
 
+    def receive(self, payload, n, info):
+        """A point-to-point payload (a push) decoded with ``step_scale``, as the collective's average is."""
+        return super().receive(payload, n, info).mul_(self.cfg.step_scale)
+
     def local(self, payload, ctx, info):
         return self._one(payload, ctx).to(payload.device)

@@ -36,6 +36,9 @@ class ErrorFeedback(Compressor):
     def local(self, payload, ctx, info):
         return self.inner.local(payload, ctx, info)
 
+    def receive(self, payload, n, info):
+        return self.inner.receive(payload, n, info)
+
     def p2p_context(self, n):
         return self.inner.p2p_context(n)
 
