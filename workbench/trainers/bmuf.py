@@ -197,8 +197,18 @@ class LocalSGDTrainer(BMUFTrainer):
 
 
 def _bmuf_model(cfg):
+    from workbench.compress.codec_timing import codec_for
     from workbench.perfmodel import paradigms
+    delta = codec_for(cfg.get("compressor"))
+    if delta is not None:  # bmuf+<c> / local_sgd+<c>: the block's delta through the compressor
+        return paradigms.compressed_messages.bmuf, {"block": int(cfg.trainer.block), "delta": delta}
     return paradigms.bmuf, {"block": int(cfg.trainer.block)}
+
+
+def _block_variants(name: str, ranks: int) -> list:
+    """The trainer, and with each planned compressor that averages a delta by its collective."""
+    from workbench.compress.codec_timing import planned
+    return [[f"trainer={name}"]] + [[f"trainer={name}", f"compressor={c}"] for c in planned(("delta", "collective"))]
 
 
 def _block_loops(cfg) -> dict:
@@ -210,4 +220,4 @@ def _block_loops(cfg) -> dict:
 
 for _name in ("bmuf", "local_sgd"):  # local SGD is BMUF with eta = 0, zeta = 1: the same model and loop
     declare(ParadigmSpec(_name, perf_model=_bmuf_model, profile_loops=_block_loops,
-                         plan_variants=lambda ranks, n=_name: [[f"trainer={n}"]]))
+                         plan_variants=lambda ranks, n=_name: _block_variants(n, ranks)))
