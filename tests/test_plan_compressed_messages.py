@@ -1,0 +1,215 @@
+"""The planner's paradigm × compressor rows (``ps/sync+topk``, ``bmuf+powersgd``, …): each row's
+bytes are the compressor's analytic payload times its message count and collective factor, its
+codec the profile's measurement, invalid combinations are never planned, and a profile without
+the measurement plans the rest with a note."""
+import functools
+import math
+
+import pytest
+
+from perfmodel_fixtures import synthetic_profile
+from workbench.compress import COMPRESSORS
+from workbench.perfmodel import collectives as C
+from workbench.perfmodel.paradigms import Cluster, MissingMeasurement
+from workbench.perfmodel.paradigms import compressed_messages as cm
+
+SHAPES = [(16, 1, 3, 3), (16,), (32, 16, 3, 3), (32,), (10, 512), (10,)]  # conv: the first four
+CONV = 4
+
+
+@functools.lru_cache(maxsize=None)
+def _compose(overrides):
+    import workbench
+    return workbench.compose(list(overrides))
+
+
+def _cfg(c):
+    return _compose((f"compressor={c}",)).compressor
+
+
+def _profile():
+    """A synthetic profile of a small CNN's shapes whose codecs the real compressors measured
+    (``measure_codecs`` with the messages of the other paradigms)."""
+    from workbench.compress.codec_timing import measure_codecs
+    p = sum(math.prod(s) for s in SHAPES)
+    conv = sum(math.prod(s) for s in SHAPES[:CONV])
+    prof = synthetic_profile(params_conv=conv, params_fc=p - conv, param_shapes=SHAPES,
+                             buckets=[{"numel": p, "shapes": [list(s) for s in SHAPES]}], boundary=512)
+    comps = {c: _cfg(c) for c in ("fp16", "topk", "efsignsgd", "powersgd")}
+    prof.codecs = measure_codecs(prof.buckets, comps, 4, repeats=1,
+                                 messages={"shapes": SHAPES, "conv_tensors": CONV,
+                                           "p2p_sizes": [p, p // 4, prof.batch * prof.boundary]})
+    return prof
+
+
+PROF = _profile()
+LINK = Cluster(4, 1.25e8, 5e-5)
+
+
+def _predict(overrides, prof=PROF, cl=LINK):
+    from workbench.spec import paradigm_of_config
+    from workbench.trainers import SPECS
+    cfg = _compose(tuple(overrides + [f"cluster.nproc={cl.ranks}"]))
+    fn, opts = SPECS[cfg.trainer.name].perf_model(cfg)
+    return paradigm_of_config(cfg), cfg, fn(prof, cl, **opts)
+
+
+def _payload(cfg, shapes):
+    c = COMPRESSORS[cfg.compressor.name]
+    return c.payload_bytes_of_shapes(cfg.compressor, shapes, [sum(math.prod(s) for s in shapes)])
+
+
+@pytest.mark.parametrize("overrides,label", [
+    (["trainer=ps", "trainer.mode=sync", "compressor=topk"], "ps/sync+topk"),
+    (["trainer=ps", "trainer.mode=async", "compressor=efsignsgd"], "ps/async+efsignsgd"),
+    (["trainer=staleness", "trainer.protocol=softsync", "trainer.n=2", "compressor=fp16"], "staleness/n=2+fp16"),
+])
+def test_a_parameter_servers_push_is_each_shards_payload(overrides, label):
+    got, cfg, pred = _predict(overrides)
+    assert got == label
+    servers = int(cfg.trainer.num_servers)
+    push = sum(COMPRESSORS[cfg.compressor.name].payload_bytes(cfg.compressor, sum(math.prod(s) for s in part))
+               for part in cm.shards(SHAPES, servers))
+    assert pred.bytes["grad_push"]["sent"] == push
+    assert pred.bytes["param_pull"]["recv"] == PROF.model_bytes  # the pull stays dense by default
+    assert pred.bytes["ps_control"]["sent"] == 32 * servers
+    assert pred.terms.get("codec", 0) > 0 or pred.terms["exchange"] > 0
+    assert pred.crossover_bps is None or pred.crossover_bps > 0
+
+
+def test_a_compressed_pull_sends_its_payload_back():
+    _, cfg, pred = _predict(["trainer=ps", "trainer.mode=sync", "compressor=topk", "compressor.pull=fp16"])
+    assert pred.bytes["param_pull"]["recv"] == 2 * PROF.params
+
+
+def test_two_servers_push_their_shards_payloads():
+    _, cfg, pred = _predict(["trainer=ps", "trainer.mode=sync", "trainer.num_servers=2", "compressor=topk"])
+    parts = cm.shards(SHAPES, 2)
+    assert len(parts) == 2 and all(parts)
+    assert pred.bytes["grad_push"]["sent"] == sum(_payload(cfg, part) for part in parts)
+
+
+def test_shards_are_the_parameter_servers():
+    from workbench.ps.sharding import ShardLayout
+    for s in (1, 2, 3):
+        layout = ShardLayout(SHAPES, s)
+        assert cm.shards(SHAPES, s) == [[tuple(layout.shapes[i]) for i in o] for o in layout.owned]
+
+
+def test_easgd_sends_the_elastic_differences_payload_once_a_period():
+    label, cfg, pred = _predict(["trainer=easgd", "compressor=fp16"])
+    assert label == "easgd/async+fp16"
+    assert pred.bytes["param_push"]["sent"] == 2 * PROF.params / int(cfg.trainer.period)
+    assert pred.bytes["param_pull"]["recv"] == PROF.model_bytes / int(cfg.trainer.period)
+
+
+@pytest.mark.parametrize("trainer,comp", [("bmuf", "powersgd"), ("local_sgd", "topk"), ("bmuf", "efsignsgd"),
+                                          ("local_sgd", "fp16")])
+def test_bmufs_delta_is_the_compressors_collective_once_a_block(trainer, comp):
+    label, cfg, pred = _predict([f"trainer={trainer}", f"compressor={comp}"])
+    assert label == f"{trainer}+{comp}"
+    payload = _payload(cfg, SHAPES)
+    cls = COMPRESSORS[comp]
+    per_block = C.allreduce_bytes(payload, 4) if cls.collective == "allreduce" else C.allgather_varlen_bytes(payload, 4)
+    assert per_block == pytest.approx(cls.sent_bytes(payload, 1, 4), abs=1)
+    assert pred.bytes[cls.category]["sent"] == per_block / int(cfg.trainer.block)
+    # the measured reduce put exactly that payload into its collectives
+    assert sum(m["bytes"] for m in PROF.codecs[comp]["delta"]["payloads"]) == payload
+    assert pred.terms["codec"] == pytest.approx(PROF.codecs[comp]["delta"]["codec_s"] / int(cfg.trainer.block))
+
+
+def test_stanzas_conv_ring_and_activations_are_the_compressors():
+    label, cfg, pred = _predict(["trainer=stanza", "trainer.fc_workers=1", "compressor=fp16"])
+    assert label == "stanza/n_f=1+fp16"
+    n_c, b, a = 3, PROF.batch, PROF.boundary
+    assert pred.bytes["allreduce_conv"]["sent"] == C.allreduce_bytes(2 * PROF.params_conv, n_c)
+    assert pred.bytes["activations"]["sent"] == 2 * a * b
+    assert pred.bytes["activation_grads"]["recv"] == 2 * a * b
+    dense = _predict(["trainer=stanza", "trainer.fc_workers=1"])[2]
+    assert dense.bytes["activations"]["sent"] == 4 * a * b
+    assert pred.bytes["labels"] == dense.bytes["labels"]
+
+
+def test_stanza_with_dense_activations_compresses_the_ring_alone():
+    _, cfg, pred = _predict(["trainer=stanza", "trainer.fc_workers=1", "compressor=topk", "compressor.activations=none"])
+    assert pred.bytes["activations"]["sent"] == 4 * PROF.boundary * PROF.batch
+    assert pred.bytes["allreduce_conv"]["sent"] == C.allgather_varlen_bytes(_payload(cfg, SHAPES[:CONV]), 3)
+
+
+def test_the_planned_combinations_are_the_valid_ones_and_their_labels_parse():
+    from omegaconf import OmegaConf
+
+    from workbench.compress.messages import can_carry
+    from workbench.spec import paradigm_of_config
+    from workbench.trainers import SPECS
+    labels = set()
+    for name, spec in SPECS.items():
+        for vo in spec.plan_variants(4):
+            cfg = _compose((vo[0], "cluster.nproc=4")).copy()  # the trainer's defaults, then the variant's keys
+            for o in vo[1:]:
+                k, v = o.split("=", 1)
+                OmegaConf.update(cfg, "compressor.name" if k == "compressor" else k, v, merge=False)
+            labels.add(paradigm_of_config(cfg))
+    assert {"ps/sync+topk", "ps/async+fp16", "staleness/n=1+efsignsgd", "easgd/async+topk", "bmuf+powersgd",
+            "local_sgd+topk", "stanza/n_f=1+fp16"} <= labels
+    # PowerSGD sends nothing point to point; top-k and EF-signSGD cannot carry activations
+    assert not can_carry(COMPRESSORS["powersgd"], "gradient", "p2p")
+    assert not {"ps/sync+powersgd", "ps/async+powersgd", "staleness/n=1+powersgd", "easgd/async+powersgd",
+                "stanza/n_f=1+topk", "stanza/n_f=1+efsignsgd", "stanza/n_f=1+powersgd"} & labels
+    # one representative set: no qsgd, randomk … beside the paradigms (compressed/<c> lists them all)
+    assert not any("+" in l and l.split("+")[1] not in ("fp16", "topk", "efsignsgd", "powersgd") for l in labels)
+
+
+def test_the_dense_rows_keep_their_models():
+    from workbench.perfmodel import paradigms as P
+    for overrides, fn in ((["trainer=ps", "trainer.mode=sync"], P.ps_sync), (["trainer=ps", "trainer.mode=async"], P.ps_async),
+                          (["trainer=bmuf"], P.bmuf), (["trainer=easgd"], P.easgd), (["trainer=stanza", "trainer.fc_workers=1"], P.stanza),
+                          (["trainer=staleness", "trainer.protocol=softsync", "trainer.n=1"], P.staleness)):
+        from workbench.trainers import SPECS
+        cfg = _compose(tuple(overrides + ["cluster.nproc=4"]))
+        got, opts = SPECS[cfg.trainer.name].perf_model(cfg)
+        assert got is fn and not any(isinstance(v, cm.MessageCodec) for v in opts.values())
+
+
+def test_a_profile_without_the_measurement_skips_the_row_with_a_note():
+    from workbench.plan import Variant, predict_rows
+    from workbench.trainers import SPECS
+    old = synthetic_profile()  # codecs of DDP's buckets alone, as before version 14
+    vs = []
+    for ov in (["trainer=sync"], ["trainer=ps", "trainer.mode=sync", "compressor=topk"], ["trainer=bmuf", "compressor=fp16"],
+               ["trainer=compressed", "compressor=bf16"]):
+        cfg = _compose(tuple(ov + ["cluster.nproc=4"]))
+        vs.append(Variant(cfg.trainer.name, ov, cfg, "+".join(ov), *SPECS[cfg.trainer.name].perf_model(cfg)))
+    notes = []
+    rows = predict_rows(old, {4: vs}, ["1gbit"], 5e-5, notes)
+    assert [r["paradigm"] for r in rows] == ["trainer=sync"]
+    assert len(notes) == 3 and all("not planned" in n for n in notes)
+    with pytest.raises(MissingMeasurement):
+        cm.ps_sync(old, LINK, 1, push=vs[1].options["push"])
+
+
+def test_the_codec_is_the_profiles_measurement_and_never_hides():
+    _, cfg, pred = _predict(["trainer=ps", "trainer.mode=sync", "compressor=topk"])
+    enc, dec = PROF.p2p_codec_s("topk", PROF.params, 1, False)
+    assert pred.terms["codec"] == pytest.approx(enc + 3 * dec)  # the worker's encode, the server's 3 decodes
+    slower = synthetic_profile(**{k: getattr(PROF, k) for k in ("params_conv", "params_fc", "param_shapes", "buckets",
+                                                                   "boundary", "codecs")}).drifted(2.0)
+    enc2, _ = slower.p2p_codec_s("topk", PROF.params, 1, False)
+    assert enc2 == pytest.approx(2 * enc)
+
+
+def test_p2p_codec_is_linear_between_the_measured_sizes():
+    pts = [{"numel": 100, "bytes": 0, "send_s": 1.0, "receive_s": 2.0},
+           {"numel": 300, "bytes": 0, "send_s": 3.0, "receive_s": 4.0}]
+    p = synthetic_profile(codecs={"x": {"p2p": pts}})
+    assert p.p2p_codec_s("x", 200, 1, False) == pytest.approx((2.0, 3.0))
+    assert p.p2p_codec_s("x", 50, 1, False) == pytest.approx((1.0, 2.0))
+    assert p.p2p_codec_s("x", 600, 1, False) == pytest.approx((6.0, 8.0))
+    assert p.p2p_codec_s("y", 600, 1, False) is None
+
+
+def test_the_measured_point_to_point_payload_is_the_analytic_one():
+    for c in ("fp16", "topk", "efsignsgd"):
+        for q in PROF.codecs[c]["p2p"]:
+            assert q["bytes"] == COMPRESSORS[c].payload_bytes(_cfg(c), q["numel"])
+    assert "p2p" not in PROF.codecs["powersgd"]  # it sends nothing point to point
