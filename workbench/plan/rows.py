@@ -131,10 +131,12 @@ MAX_VARIANTS = 64  # per trainer: n-softsync has λ − 1 variants (Stanza: n_f)
 
 def _thin(vos: List[List[str]], keep: int = MAX_VARIANTS) -> List[List[str]]:
     """At most about ``keep`` of a trainer's variants: the 1st, 2nd, 4th, 8th, … and the last (for
-    n-softsync: n = 1, 2, 4, … and λ)."""
+    n-softsync: n = 1, 2, 4, … and λ); those with a compressor (``staleness/n=1+topk``) all kept."""
     if len(vos) <= keep:
         return vos
-    return [vos[i] for i in sorted({2 ** k - 1 for k in range(len(vos).bit_length()) if 2 ** k <= len(vos)} | {len(vos) - 1})]
+    comp = [v for v in vos if any(o.startswith("compressor") for o in v)]
+    vos = [v for v in vos if v not in comp]
+    return [vos[i] for i in sorted({2 ** k - 1 for k in range(len(vos).bit_length()) if 2 ** k <= len(vos)} | {len(vos) - 1})] + comp
 
 
 _COMPOSED: Dict[Tuple[str, ...], DictConfig] = {}
