@@ -213,3 +213,12 @@ def test_the_measured_point_to_point_payload_is_the_analytic_one():
         for q in PROF.codecs[c]["p2p"]:
             assert q["bytes"] == COMPRESSORS[c].payload_bytes(_cfg(c), q["numel"])
     assert "p2p" not in PROF.codecs["powersgd"]  # it sends nothing point to point
+
+
+def test_thinning_many_variants_keeps_the_compressed_ones():
+    from workbench.plan.rows import _thin
+    soft = [["trainer=staleness", f"trainer.n={n}"] for n in range(1, 200)]
+    comp = [[*soft[0], f"compressor={c}"] for c in ("fp16", "topk", "efsignsgd")]
+    kept = _thin(soft + comp)
+    assert kept[-3:] == comp and len(kept) < 20
+    assert _thin(soft) == kept[:-3]
