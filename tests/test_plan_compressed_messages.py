@@ -222,3 +222,10 @@ def test_thinning_many_variants_keeps_the_compressed_ones():
     kept = _thin(soft + comp)
     assert kept[-3:] == comp and len(kept) < 20
     assert _thin(soft) == kept[:-3]
+
+
+def test_only_selects_a_paradigms_compressed_rows_by_its_label_and_plus():
+    from workbench.plan.rows import _selected
+    assert _selected("bmuf+powersgd", ["bmuf+"]) and _selected("ps/sync+topk", ["ps/sync+topk"])
+    assert not _selected("bmuf+powersgd", ["bmuf"]) and _selected("bmuf", ["bmuf"])
+    assert _selected("ps/sync+topk", ["ps"]) and not _selected("ps/sync+topk", ["ps/sync"])

@@ -159,7 +159,9 @@ def _at_ranks(cfg: DictConfig, ranks: int) -> DictConfig:
 
 
 def _selected(label: str, only: Sequence[str]) -> bool:
-    return any(label == o or label.startswith(o + "/") for o in only)
+    """``label`` is one of ``only``, below one (``staleness`` selects ``staleness/n=2``), or one's
+    compressed rows where it ends in ``+`` (``bmuf+`` selects ``bmuf+powersgd``)."""
+    return any(label == o or label.startswith(o + "/") or (o.endswith("+") and label.startswith(o)) for o in only)
 
 
 def check_only(only: Sequence[str], labels: Sequence[str]) -> None:
