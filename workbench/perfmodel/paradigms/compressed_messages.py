@@ -44,11 +44,16 @@ enc(n) / dec(n) the codec's send / receive on n elements, AR / AG / PS the colle
 
 Where the rows are this machine: on loopback the links are the in-loop line (``loopback.loop_link``,
 fitted to the parameter server's own loops, what the dense asynchronous rows and Stanza use), and
-synchronous compute is the lockstep span; the dense rows' timed loops (the hardsync loop, BMUF's
-block loop, the token buckets' fixed points) hold the dense message and cannot be adapted to a
-payload, so behind the emulated links these rows take the cluster's line (this host's stack and
-the shaper's rate in series, ``plan.cluster_for``) without the bucket's burst, and BMUF's delta is
-the profile's in-situ timing of the payload's collective where it has one (linear between sizes).
+synchronous compute is the lockstep span. Behind the emulated links the asynchronous exchanges pass
+the token buckets as the dense ones do, each direction with its own bytes
+(:class:`PayloadShapedLink`), and hardsync's push and pull are each a phase behind the buckets
+(``shaper.ps_phase_s`` with the payload). The loops the dense rows take on this host hold the dense
+message and cannot be rescaled to a payload, so these rows do without them: the hardsync loop
+(loopback: the in-loop line instead; behind the buckets: the idle stack's line as the floor),
+BMUF's block loop (the lockstep span, and the profile's in-situ timing of the payload's
+collective, linear between the sizes it timed, plus the bucket's wait once a block), Stanza's
+schedule behind the buckets (the cluster's line: this host's stack and the rate in series,
+``plan.cluster_for``, without the burst; ``easgd/sync`` takes that line as its dense row does).
 The asynchronous rows stay analytic at every scale: the simulator carries dense messages.
 
 Each row's crossover (:func:`crossover_bps`) is the link rate below which it beats the same
@@ -72,7 +77,7 @@ from workbench.perfmodel.paradigms.ps import workers_of
 from workbench.perfmodel.paradigms.stanza_schedule import stanza_inputs
 from workbench.perfmodel.profile.schema import Profile
 from workbench.perfmodel.queueing import LineLink, closed_loop
-from workbench.perfmodel.shaper import shaper_delay_s
+from workbench.perfmodel.shaper import ShapedLink, behind_shaper_s, ps_phase_s, shaper_delay_s
 
 Shape = Tuple[int, ...]
 
@@ -207,6 +212,47 @@ class PayloadLink(LineLink):
                 + max(0.0, x.pull / s - C.SEND_BUFFER) / cl.bandwidth + x.server_s)
 
 
+class PayloadShapedLink(ShapedLink):
+    """:class:`~workbench.perfmodel.shaper.ShapedLink` (the asynchronous exchange behind the emulated
+    links' token buckets) with the compressed push and the pull each behind its own wait, and the
+    codecs; with push = pull = M and no codec it is the dense link."""
+
+    def __init__(self, prof: Profile, cl: Cluster, servers: int, x: _Push) -> None:
+        super().__init__(prof, cl, servers)
+        self.x = x
+
+    def _exchange(self, worker_idle: float, server_idle: float) -> float:
+        cl, x, s = self.cl, self.x, self.servers
+        way = lambda n: behind_shaper_s(cl, self.floor, n, max(shaper_delay_s(cl, n, worker_idle),  # noqa: E731
+                                                               shaper_delay_s(cl, n / s, server_idle)), self.series)
+        return way(x.push) + way(x.pull) + x.worker_s
+
+    def service(self, server_idle: float) -> float:
+        cl, x, s = self.cl, self.x, self.servers
+        wait = shaper_delay_s(cl, x.push / s, server_idle) + max(0.0, x.pull / s - C.SEND_BUFFER) / cl.shaper_rate
+        return behind_shaper_s(cl, self.floor, x.push / s, wait, self.series) + x.server_s
+
+
+def _link(prof: Profile, cl: Cluster, servers: int, x: _Push):
+    """The asynchronous exchange's link: behind the emulated links the token buckets
+    (:class:`PayloadShapedLink`), elsewhere the line (:func:`_line`)."""
+    if cl.shaper_rate > 0:
+        return cl, PayloadShapedLink(prof, cl, servers, x)
+    line = _line(prof, cl, servers)
+    return line, PayloadLink(prof, line, servers, x)
+
+
+def _sync_xfer(prof: Profile, cl: Cluster, w: int, servers: int, x: _Push, busy: float) -> float:
+    """Hardsync's push and pull: behind the emulated links each a phase behind the token buckets
+    (``shaper.ps_phase_s`` with the payload, on the idle stack's line: the hardsync loop's host part
+    holds the dense message), elsewhere on the line."""
+    if cl.shaper_rate > 0:
+        return ps_phase_s(prof, cl, w, servers, busy, None, x.push) + ps_phase_s(prof, cl, w, servers, busy, None, x.pull)
+    line = _line(prof, cl, servers)
+    return (C.ps_transfer_time(x.push, w, servers, line.bandwidth, line.latency)
+            + C.ps_transfer_time(x.pull, w, servers, line.bandwidth, line.latency))
+
+
 def _ps_sync(prof: Profile, cl: Cluster, servers: int = 1, push: MessageCodec = None,
             pull: Optional[MessageCodec] = None) -> Prediction:
     """Hardsync with a compressed push (and pull): every worker's payload, the servers' decodes,
@@ -214,11 +260,9 @@ def _ps_sync(prof: Profile, cl: Cluster, servers: int = 1, push: MessageCodec = 
     w = workers_of(cl, servers)
     comp = max(worker_compute(prof, cl, w, lockstep=True))
     x = _exchange(prof, cl, servers, push, pull, w)
-    line = _line(prof, cl, servers)
     apply = prof.update_s() / servers
-    xfer = (C.ps_transfer_time(x.push, w, servers, line.bandwidth, line.latency)
-            + C.ps_transfer_time(x.pull, w, servers, line.bandwidth, line.latency))
     codec = x.worker_s + w * x.server_s
+    xfer = _sync_xfer(prof, cl, w, servers, x, comp + codec + apply)
     book = prof.bookkeeping_s()
     step = comp + codec + xfer + apply + book
     terms = {"compute": comp, "codec": codec, "push_pull": xfer, "server_apply": apply, "bookkeeping": book}
@@ -232,8 +276,8 @@ def _ps_async(prof: Profile, cl: Cluster, servers: int = 1, c: int = 1, push: Me
     """Asynchronous (c = 1) or n-softsync (c gradients per update) with a compressed push."""
     w = workers_of(cl, servers)
     x = _exchange(prof, cl, servers, push, pull, w)
-    line = _line(prof, cl, servers)
-    return closed_loop(prof, line, PayloadLink(prof, line, servers, x), w, 1, False,
+    line, link = _link(prof, cl, servers, x)
+    return closed_loop(prof, line, link, w, 1, False,
                        prof.update_s() / (servers * max(1, c)), _ps_bytes(x, servers), prof.bookkeeping_s())
 
 
@@ -256,13 +300,14 @@ def _easgd(prof: Profile, cl: Cluster, servers: int = 1, period: int = 4, sync: 
     by = _ps_bytes(x, servers, "param_push", period)
     elastic = prof.update_s() / servers
     book = prof.bookkeeping_s()
-    line = _line(prof, cl, servers)
     if not sync:
-        return closed_loop(prof, line, PayloadLink(prof, line, servers, x), w, period, True, elastic, by, book)
+        line, link = _link(prof, cl, servers, x)
+        return closed_loop(prof, line, link, w, period, True, elastic, by, book)
     comp = max(worker_compute(prof, cl, w, lockstep=True))
+    codec = x.worker_s + w * x.server_s
+    line = _line(prof, cl, servers)  # as the dense mode=sync row: the line, here too
     xfer = (C.ps_transfer_time(x.push, w, servers, line.bandwidth, line.latency)
             + C.ps_transfer_time(x.pull, w, servers, line.bandwidth, line.latency))
-    codec = x.worker_s + w * x.server_s
     step = comp + prof.update_s() + book + (codec + xfer + elastic) / period
     terms = {"compute": comp + prof.update_s(), "codec": codec / period, "exchange": xfer / period,
              "server_apply": elastic / period, "bookkeeping": book}
