@@ -244,3 +244,31 @@ def test_the_payload_links_are_the_dense_ones_when_nothing_is_compressed():
         for idle in (0.0, 1e-3, 1.0):
             assert payload.exchange(1e-2, 1e-4, idle) == pytest.approx(dense.exchange(1e-2, 1e-4, idle))
             assert payload.service(idle) == pytest.approx(dense.service(idle))
+
+
+def _identity_profile(**kw):
+    """A profile with a codec "same" that sends the dense bytes in no time: the compressed rows must
+    then be the dense rows."""
+    prof = synthetic_profile(machine={"cores": 2}, ranks=3, t_c_at=(1e-3, 2e-3, 3e-3), t_f_at=(1e-4, 2e-4, 3e-4),
+                             span_at=(1.1e-2, 2.2e-2, 3.3e-2), **kw)
+    m = prof.model_bytes
+    prof.codecs["same"] = {"delta": {"payloads": [{"collective": "allreduce", "bytes": m, "category": "allreduce"}],
+                                     "codec_s": 0.0},
+                           "p2p": [{"numel": 1, "bytes": 4, "send_s": 0.0, "receive_s": 0.0},
+                                   {"numel": 10**9, "bytes": 4 * 10**9, "send_s": 0.0, "receive_s": 0.0}]}
+    prof.collectives = {f"allreduce:float32:{m}": 2e-3, "allreduce:float32:4": 1e-4}
+    return prof, cm.MessageCodec("same", "allreduce", "allreduce", lambda shapes: 4 * sum(math.prod(s) for s in shapes))
+
+
+@pytest.mark.parametrize("loops", [{}, {"block/8": 0.05, "ps/sync": 0.06}])
+def test_with_nothing_compressed_the_rows_on_this_host_are_the_dense_ones(loops):
+    from workbench.perfmodel import paradigms as P
+    from workbench.plan import cluster_for
+    prof, same = _identity_profile(loops=dict(loops))
+    cfg = _compose(("cluster.nproc=3",))
+    for bw in ("loopback", "emulated:200mbit", "1gbit"):
+        cl = cluster_for(cfg, prof, 3, bw, 5e-5)
+        assert cm._bmuf(prof, cl, 8, same).step_s == pytest.approx(P.bmuf(prof, cl, 8).step_s, rel=1e-9)
+        assert cm._ps_async(prof, cl, 1, 1, same).step_s == pytest.approx(P.ps_async(prof, cl, 1).step_s, rel=1e-9)
+        if bw != "emulated:200mbit":  # behind the buckets the dense hardsync has its loop's host part as a floor
+            assert cm._ps_sync(prof, cl, 1, same).step_s == pytest.approx(P.ps_sync(prof, cl, 1).step_s, rel=1e-9)

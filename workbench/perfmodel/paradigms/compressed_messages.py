@@ -48,12 +48,15 @@ synchronous compute is the lockstep span. Behind the emulated links the asynchro
 the token buckets as the dense ones do, each direction with its own bytes
 (:class:`PayloadShapedLink`), and hardsync's push and pull are each a phase behind the buckets
 (``shaper.ps_phase_s`` with the payload). The loops the dense rows take on this host hold the dense
-message and cannot be rescaled to a payload, so these rows do without them: the hardsync loop
-(loopback: the in-loop line instead; behind the buckets: the idle stack's line as the floor),
-BMUF's block loop (the lockstep span, and the profile's in-situ timing of the payload's
-collective, linear between the sizes it timed, plus the bucket's wait once a block), Stanza's
-schedule behind the buckets (the cluster's line: this host's stack and the rate in series,
-``plan.cluster_for``, without the burst; ``easgd/sync`` takes that line as its dense row does).
+message; these rows take them less what the dense message cost there and plus the payload's: on
+loopback hardsync's exchange is the hardsync loop's, less 2·PS(M) and plus PS(P) + PS(M) on the
+in-loop line, and BMUF's block is its own block loop less the in-situ all-reduce of the model once
+a block, plus the compressor's collectives as the profile timed them in situ (linear between the
+sizes it timed) and its codec. With nothing compressed each is its dense row exactly. Behind the
+buckets hardsync's phases take the idle stack's line as their floor (the loop's host part holds
+the dense message), and Stanza's schedule takes the cluster's line (this host's stack and the
+rate in series, ``plan.cluster_for``, without the burst); ``easgd/sync`` takes the line as its
+dense row does.
 The asynchronous rows stay analytic at every scale: the simulator carries dense messages.
 
 Each row's crossover (:func:`crossover_bps`) is the link rate below which it beats the same
@@ -69,7 +72,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from workbench.perfmodel import collectives as C
 from workbench.perfmodel import stanza as st
 from workbench.perfmodel.cluster import HEADER_BYTES, Cluster, Prediction, cat, dominant, line_s, worker_compute
-from workbench.perfmodel.loopback import collective_s, loop_link
+from workbench.perfmodel import testbed
+from workbench.perfmodel.loopback import collective_s, loop_link, profiled_ranks_here, ps_loop_s
 from workbench.perfmodel.paradigms import averaging as dense_avg
 from workbench.perfmodel.paradigms import ps as dense_ps
 from workbench.perfmodel.paradigms import stanza_schedule as dense_stanza
@@ -249,8 +253,12 @@ def _sync_xfer(prof: Profile, cl: Cluster, w: int, servers: int, x: _Push, busy:
     if cl.shaper_rate > 0:
         return ps_phase_s(prof, cl, w, servers, busy, None, x.push) + ps_phase_s(prof, cl, w, servers, busy, None, x.pull)
     line = _line(prof, cl, servers)
-    return (C.ps_transfer_time(x.push, w, servers, line.bandwidth, line.latency)
-            + C.ps_transfer_time(x.pull, w, servers, line.bandwidth, line.latency))
+    on_line = lambda n: C.ps_transfer_time(n, w, servers, line.bandwidth, line.latency)  # noqa: E731
+    loop = ps_loop_s(prof, cl, "sync", servers)
+    if loop is not None:  # loopback at the profiled ranks: the hardsync loop, less what the payloads save on the in-loop line
+        dense = max(0.0, loop - prof.sync_compute_s(w) - prof.update_s() / servers)
+        return max(0.0, dense - 2 * on_line(prof.model_bytes) + on_line(x.push) + on_line(x.pull))
+    return on_line(x.push) + on_line(x.pull)
 
 
 def _ps_sync(prof: Profile, cl: Cluster, servers: int = 1, push: MessageCodec = None,
@@ -323,6 +331,11 @@ def _reduce_measured(prof: Profile, codec: MessageCodec, part: str) -> dict:
     return m
 
 
+def _own_block_loop(prof: Profile, cl: Cluster, block: int) -> bool:
+    """``testbed.block_parts`` took the trainer's own block loop (the profiled ranks here)."""
+    return profiled_ranks_here(prof, cl) and not cl.stragglers and f"block/{block}" in prof.loops
+
+
 def _bmuf(prof: Profile, cl: Cluster, block: int = 8, delta: MessageCodec = None) -> Prediction:
     """BMUF and local SGD with the block's averaged delta through the compressor's collective."""
     p = cl.ranks
@@ -330,14 +343,21 @@ def _bmuf(prof: Profile, cl: Cluster, block: int = 8, delta: MessageCodec = None
     codec = prof.message_codec_s(delta.name, "delta", p, cl.shares_cores)
     payload = delta.payload(prof.param_shapes)
     sent = collective_bytes(delta, payload, p)
-    comp = max(worker_compute(prof, cl, p, lockstep=True))
-    upd = prof.update_s()
     xs = 0.0
     for m in measured["payloads"]:  # each collective of the reduce, at its recorded size
         xs += collective_s(prof, cl, m["collective"], m.get("dtype", "float32"), m["bytes"]) if cl.shares_cores \
             else line_s(cl, m["collective"], m["bytes"], cl.ar_bw, cl.bandwidth)
-    if cl.shaper_rate > 0:
-        xs += shaper_delay_s(cl, sent, block * (comp + upd) + xs)
+    here = testbed.block_parts(prof, cl, block, sent)  # this host: the dense block, the shaper's wait for ``sent``
+    if here is not None:
+        comp, upd, ar = here
+        dense = collective_s(prof, cl, "allreduce", "float32", prof.model_bytes)
+        if _own_block_loop(prof, cl, block):  # the loop holds the dense all-reduce once a block: it gives it back
+            comp, xs = comp - dense / block, ar + xs
+        else:  # the in-situ dense all-reduce (and the wait) in place of the compressor's collectives
+            xs = ar - dense + xs
+    else:
+        comp = max(worker_compute(prof, cl, p, lockstep=True))
+        upd = prof.update_s()
     book = prof.bookkeeping_s()
     step = comp + upd + book + (xs + codec + upd) / block
     terms = {"compute": comp, "update": upd + upd / block, "collective": xs / block, "codec": codec / block,
