@@ -272,3 +272,5 @@ def test_with_nothing_compressed_the_rows_on_this_host_are_the_dense_ones(loops)
         assert cm._ps_async(prof, cl, 1, 1, same).step_s == pytest.approx(P.ps_async(prof, cl, 1).step_s, rel=1e-9)
         if bw != "emulated:200mbit":  # behind the buckets the dense hardsync has its loop's host part as a floor
             assert cm._ps_sync(prof, cl, 1, same).step_s == pytest.approx(P.ps_sync(prof, cl, 1).step_s, rel=1e-9)
+        prof.codecs["same"]["conv"] = {"payloads": [], "codec_s": 0.0}
+        assert cm._stanza(prof, cl, 1, same, same).step_s == pytest.approx(P.stanza(prof, cl, 1).step_s, rel=1e-9)

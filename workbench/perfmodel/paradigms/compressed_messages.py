@@ -36,11 +36,14 @@ enc(n) / dec(n) the codec's send / receive on n elements, AR / AG / PS the colle
   ⌊2(p−1)P/p⌋ (all-reduce) or (p−1)(P+8) (all-gather), over B.
 - ``stanza/n_f=<k>+c`` (the CONV group's gradient all-reduce through the compressor; the
   activations and their gradients through ``compressor.activations``): Stanza's schedule
-  (``perfmodel.stanza.parts`` / ``assemble``) with each transfer 2α + A_c/β + enc(ba) + dec(ba),
+  (``perfmodel.stanza.parts`` / ``assemble``, behind the emulated links
+  ``shaper.stanza_behind_shaper``) on the payloads: each transfer 2α + A_c/β + enc(ba) + dec(ba),
   A_c the activation payload of one batch of b·a floats, and the CONV ring the compressor's
-  collective of the conv part's payload P_c plus its reduce's codec (one flat message: an
-  all-gather's length is counted once, not per DDP bucket). Bytes: ``allreduce_conv`` the
-  collective's count of P_c, ``activations`` A_c sent, ``activation_grads`` A_c received.
+  collective of the conv part's payload P_c (an all-gather as the ring of the same bytes,
+  n_c(P_c + 8)/2) plus its reduce's codec (one flat message: an all-gather's length is counted
+  once, not per DDP bucket); behind the buckets the codecs in series, the CONV group's and
+  (1 + pieces)·(enc + dec). Bytes: ``allreduce_conv`` the collective's count of P_c,
+  ``activations`` A_c sent, ``activation_grads`` A_c received.
 
 Where the rows are this machine: on loopback the links are the in-loop line (``loopback.loop_link``,
 fitted to the parameter server's own loops, what the dense asynchronous rows and Stanza use), and
@@ -54,9 +57,7 @@ in-loop line, and BMUF's block is its own block loop less the in-situ all-reduce
 a block, plus the compressor's collectives as the profile timed them in situ (linear between the
 sizes it timed) and its codec. With nothing compressed each is its dense row exactly. Behind the
 buckets hardsync's phases take the idle stack's line as their floor (the loop's host part holds
-the dense message), and Stanza's schedule takes the cluster's line (this host's stack and the
-rate in series, ``plan.cluster_for``, without the burst); ``easgd/sync`` takes the line as its
-dense row does.
+the dense message); ``easgd/sync`` takes the line as its dense row does.
 The asynchronous rows stay analytic at every scale: the simulator carries dense messages.
 
 Each row's crossover (:func:`crossover_bps`) is the link rate below which it beats the same
@@ -387,22 +388,31 @@ def _stanza(prof: Profile, cl: Cluster, fc_workers: int = 1, grad: MessageCodec 
     n_c = cl.ranks - n_f
     if n_c < 1 or n_f < 1:
         raise ValueError(f"Stanza needs 1 <= n_f < ranks, got n_f={n_f} of {cl.ranks}")
-    line = _line(prof, cl, 1)
-    x = stanza_inputs(prof, line)
-    t = st.parts(x, n_c, n_f)
+    dense_x = stanza_inputs(prof, testbed.stanza_line(prof, cl))  # the dense row's line (the host's, behind buckets)
     _reduce_measured(prof, grad, "conv")
     conv_payload = grad.payload(_conv_shapes(prof))
-    ring = line_s(replace(line, ranks=n_c), grad.collective, conv_payload, line.ar_bw, line.bandwidth) if n_c > 1 else 0.0
     conv_codec = prof.message_codec_s(grad.name, "conv", cl.ranks, cl.shares_cores) if n_c > 1 else 0.0
-    t["allreduce_conv"] = ring + conv_codec
-    a_bytes = x.s * x.a * x.b
+    a_bytes, enc, dec = dense_x.s * dense_x.a * dense_x.b, 0.0, 0.0
     if act is not None:
-        enc, dec = _p2p(prof, act, x.a * x.b, cl.ranks, cl.shares_cores)
-        a_bytes = act.payload([(x.a * x.b,)])
-        t["transfer"] = (st.STANZA_MESSAGES - 1) * x.alpha + C.p2p_time(a_bytes, x.beta, x.alpha) + enc + dec
-    t = st.assemble(t)
+        enc, dec = _p2p(prof, act, dense_x.a * dense_x.b, cl.ranks, cl.shares_cores)
+        a_bytes = act.payload([(dense_x.a * dense_x.b,)])
+    # the schedule on the payloads: the activations' floats and a conv part whose ring carries the
+    # compressor's bytes (an all-gather of n bytes as the ring of n_c(n + 8)/2, the same bytes on the wire)
+    ring_eq = conv_payload if grad.collective == "allreduce" else n_c * (conv_payload + 8) / 2
+    x = replace(dense_x, a=a_bytes / (dense_x.s * dense_x.b), p_c=ring_eq / dense_x.s)
+    t = testbed.stanza_schedule(prof, cl, x, n_c, n_f)
+    if t is None:
+        t = st.parts(x, n_c, n_f)
+        t["transfer"] += enc + dec
+        t["allreduce_conv"] += conv_codec
+        t = st.assemble(t)
+    else:  # behind the buckets, the codecs in series: the CONV group's, and each piece's both ways
+        t["allreduce_conv"] += conv_codec
+        t["transfer"] += enc + dec
+        t["step"] += conv_codec + (1 + t["pieces"]) * (enc + dec)
+    ring = t["allreduce_conv"] - conv_codec
     ar = collective_bytes(grad, conv_payload, n_c)
-    by = st.stanza_conv_worker_bytes(prof.params_conv, prof.boundary, x.b, n_c)
+    by = st.stanza_conv_worker_bytes(prof.params_conv, prof.boundary, dense_x.b, n_c)
     by.update({"allreduce_conv": cat(ar, ar), "activations": cat(a_bytes, 0), "activation_grads": cat(0, a_bytes)})
     book = prof.bookkeeping_s()
     step = t["step"] + book
