@@ -137,3 +137,15 @@ def test_invalid_allocations_raise():
         pm.paper_step_time(X, 2, 0)
     with pytest.raises(ValueError):
         pm.ps_step_time(X, 0)
+
+
+def test_compressed_byte_counts_by_hand():
+    # float16 activations (2 bytes per float) and an all-reduce that sends 1000 bytes
+    conv = pm.stanza_conv_worker_bytes(1000, 100, 10, 3, act_bytes=2 * 100 * 10, allreduce_bytes=1000)
+    assert conv["activations"] == {"sent": 2000, "recv": 0} and conv["activation_grads"] == {"sent": 0, "recv": 2000}
+    assert conv["allreduce_conv"] == {"sent": 1000, "recv": 1000} and conv["labels"]["sent"] == 80
+    fc = pm.stanza_fc_worker_bytes(10000, 100, 10, 3, 2, act_bytes=2000)
+    assert fc["activations"]["recv"] == fc["activation_grads"]["sent"] == 6000
+    assert fc["allreduce_fc"]["sent"] == 40000  # the FC all-reduce stays dense
+    # without them, the dense counts
+    assert pm.stanza_conv_worker_bytes(1000, 100, 10, 3)["activations"]["sent"] == 4000

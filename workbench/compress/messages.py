@@ -80,8 +80,7 @@ def check_messages(comp, messages, trainer: str) -> None:
         if name is None:
             continue
         if name not in list(COMPRESSORS):
-            raise ConfigError(f"invalid value {name!r} for {m.key}: valid: none, same, "
-                              + ", ".join(list(COMPRESSORS)))
+            raise ConfigError(f"invalid value {name!r} for {m.key}: valid: same, " + ", ".join(list(COMPRESSORS)))
         if not can_carry(COMPRESSORS[name], m.kind, m.transport):
             via = "point to point" if m.transport == "p2p" else "by a collective"
             hint = f"; set {m.key}=none to send them dense" if m.key != "compressor.name" else ""

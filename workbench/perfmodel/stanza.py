@@ -290,25 +290,32 @@ def ring_allreduce_bytes(nbytes: int, p: int) -> int:
     return C.allreduce_bytes(nbytes, p)
 
 
-def stanza_conv_worker_bytes(p_c: int, a: int, b: int, n_c: int, s: int = 4, label_bytes: int = 8) -> Dict[str, Dict[str, float]]:
+def stanza_conv_worker_bytes(p_c: int, a: int, b: int, n_c: int, s: int = 4, label_bytes: int = 8,
+                             act_bytes: Optional[float] = None,
+                             allreduce_bytes: Optional[float] = None) -> Dict[str, Dict[str, float]]:
     """Per CONV worker per step, by meter category: ``{cat: {"sent": ..., "recv": ...}}``. Besides
     the activations, their gradients and the conv all-reduce, a CONV worker sends its labels (the FC
-    worker computes the loss) and receives its piece's loss (for the log)."""
-    ar = ring_allreduce_bytes(s * p_c, n_c)
+    worker computes the loss) and receives its piece's loss (for the log). A compressed run gives
+    ``act_bytes`` (one boundary message's payload; default ``s a b``) and ``allreduce_bytes`` (what
+    the compressor's collective sends, and receives, per step; default the ring's)."""
+    ar = ring_allreduce_bytes(s * p_c, n_c) if allreduce_bytes is None else allreduce_bytes
+    act = s * a * b if act_bytes is None else act_bytes
     return {"allreduce_conv": {"sent": ar, "recv": ar},
-            "activations": {"sent": s * a * b, "recv": 0},
-            "activation_grads": {"sent": 0, "recv": s * a * b},
+            "activations": {"sent": act, "recv": 0},
+            "activation_grads": {"sent": 0, "recv": act},
             "labels": {"sent": label_bytes * b, "recv": 0},
             "loss": {"sent": 0, "recv": 4}}
 
 
 def stanza_fc_worker_bytes(p_f: int, a: int, b: int, pieces: int, n_f: int, s: int = 4,
-                           label_bytes: int = 8) -> Dict[str, Dict[str, float]]:
-    """Per FC worker serving ``pieces`` CONV workers, per step, by meter category."""
+                           label_bytes: int = 8, act_bytes: Optional[float] = None) -> Dict[str, Dict[str, float]]:
+    """Per FC worker serving ``pieces`` CONV workers, per step, by meter category (``act_bytes``: as
+    in :func:`stanza_conv_worker_bytes`; the FC all-reduce is never compressed)."""
     ar = ring_allreduce_bytes(s * p_f, n_f)
+    act = s * a * b if act_bytes is None else act_bytes
     return {"allreduce_fc": {"sent": ar, "recv": ar},
-            "activations": {"sent": 0, "recv": pieces * s * a * b},
-            "activation_grads": {"sent": pieces * s * a * b, "recv": 0},
+            "activations": {"sent": 0, "recv": pieces * act},
+            "activation_grads": {"sent": pieces * act, "recv": 0},
             "labels": {"sent": 0, "recv": pieces * label_bytes * b},
             "loss": {"sent": 4 * pieces, "recv": 0}}
 

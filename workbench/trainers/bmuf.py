@@ -14,6 +14,10 @@ instead, the look-ahead ηΔ would be counted again in every block (momentum 2η
 trainer with η = 0, ζ = 1: plain periodic model averaging. Evaluation and ``model.pt`` use W; a
 last, shorter block closes the run when the step count is not a multiple of the block.
 
+With a compressor (``compressor=topk`` …) each worker's block progress x_i − S goes through the
+compressor's collective instead of the model's all-reduce (its mean is G; :func:`block_sync`,
+:mod:`workbench.compress.delta`); ``compressor=none`` is the all-reduce of the model, bit for bit.
+
     python -m workbench trainer=bmuf cluster.nproc=4 trainer.block=8
     python -m workbench trainer=bmuf trainer.block_momentum=0.5 trainer.nesterov=false
     python -m workbench trainer=local_sgd cluster.nproc=4 trainer.block=4
@@ -21,12 +25,16 @@ last, shorter block closes the run when the step count is not a multiple of the 
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from typing import Optional
 
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from workbench.compress import COMPRESSORS
+from workbench.compress.delta import DeltaAverager, bucket_numels
+from workbench.compress.messages import Message, build_codec
 from workbench.core import ConfigError, TrainerConfig, store_schema
 from workbench.spec import ParadigmSpec, declare
 from workbench.trainers import TRAINERS
@@ -60,22 +68,37 @@ def bmuf_update(global_w: torch.Tensor, delta: torch.Tensor, mean_w: torch.Tenso
                 zeta: float, nesterov: bool) -> torch.Tensor:
     """One block update in place on ``global_w`` and ``delta``, for a block that started at
     ``start``; returns where workers start the next block."""
-    delta.mul_(eta).add_(mean_w - start, alpha=zeta)
+    return bmuf_step(global_w, delta, mean_w - start, eta, zeta, nesterov)
+
+
+def bmuf_step(global_w: torch.Tensor, delta: torch.Tensor, progress: torch.Tensor, eta: float, zeta: float,
+              nesterov: bool) -> torch.Tensor:
+    """:func:`bmuf_update` given the block's averaged progress G = W̄ − S itself (what a
+    compressed average decodes)."""
+    delta.mul_(eta).add_(progress, alpha=zeta)
     global_w.add_(delta)
     return global_w + eta * delta if nesterov else global_w.clone()
 
 
 def block_sync(model, global_model, delta: torch.Tensor, start: torch.Tensor, meter, workers: int, eta: float,
-               zeta: float, nesterov: bool, optimizer=None) -> torch.Tensor:
+               zeta: float, nesterov: bool, optimizer=None, averager=None) -> torch.Tensor:
     """A block's end on every rank: the local models averaged (one all-reduce of the flat model),
     the block filter on the global model, and the local model moved to where the next block starts
     (returned); the local optimizer's momentum dropped (``optimizer``, where it is reset). The
-    trainer's ``sync_block`` and the profile's timing of it (:func:`block_loop`) run this one."""
-    avg = parameters_to_vector(model.parameters()).detach().clone()
-    meter.all_reduce(avg, "allreduce")
-    avg.div_(workers)
+    trainer's ``sync_block`` and the profile's timing of it (:func:`block_loop`) run this one.
+
+    With ``averager`` (a :class:`~workbench.compress.delta.DeltaAverager`: ``compressor`` other
+    than none) the compressor averages the block's progress x_i − S instead, whose mean is G (S is
+    the same on every rank); without, the model itself is all-reduced, as plain local SGD does."""
     w = parameters_to_vector(global_model.parameters()).detach()
-    nxt = bmuf_update(w, delta, avg, start, eta, zeta, nesterov)
+    local = parameters_to_vector(model.parameters()).detach()
+    if averager is not None:
+        nxt = bmuf_step(w, delta, averager.average(local - start), eta, zeta, nesterov)
+    else:
+        avg = local.clone()
+        meter.all_reduce(avg, "allreduce")
+        avg.div_(workers)
+        nxt = bmuf_update(w, delta, avg, start, eta, zeta, nesterov)
     with torch.no_grad():
         vector_to_parameters(w, global_model.parameters())
         vector_to_parameters(nxt, model.parameters())
@@ -133,6 +156,10 @@ class BMUFTrainer(Trainer):
     name = "bmuf"
 
     @classmethod
+    def compressed_messages(cls, cfg) -> list:
+        return [Message("delta", "collective", what=f"{cls.name}'s block average (the model delta)")]
+
+    @classmethod
     def validate(cls, cfg) -> None:
         t = cfg.trainer
         if t.block < 1:
@@ -152,14 +179,21 @@ class BMUFTrainer(Trainer):
         self.delta = torch.zeros_like(w)
         self.start = w.clone()  # S: where this block's local training started
         self.local_steps = 0
+        codec = build_codec(self.cfg.compressor, self.compressed_messages(self.cfg)[0], self.rank, self.workers,
+                            self.cfg.seed)
+        # compressor=none: no averager, the plain all-reduce of the model (bit for bit the uncompressed run)
+        self.averager = None if codec is None else DeltaAverager(
+            codec, self.meter, [p.shape for p in self.model.parameters()], seed=self.cfg.seed)
 
     def eval_model(self):
         return self.global_model
 
     def state_dict(self) -> dict:
         # base: the global model W and the local optimizer; a block in progress needs the rest
-        return {**super().state_dict(), "local": self.model.state_dict(), "delta": self.delta.clone(),
-                "start": self.start.clone(), "local_steps": self.local_steps}
+        # and a compressor's residuals (PowerSGD: P, Q) and round counter
+        out = {**super().state_dict(), "local": self.model.state_dict(), "delta": self.delta.clone(),
+               "start": self.start.clone(), "local_steps": self.local_steps}
+        return out if self.averager is None else {**out, "compressor": self.averager.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
@@ -167,11 +201,26 @@ class BMUFTrainer(Trainer):
         self.delta.copy_(state["delta"])
         self.start.copy_(state.get("start", parameters_to_vector(self.global_model.parameters()).detach()))
         self.local_steps = int(state["local_steps"])
+        if self.averager is not None and "compressor" in state:
+            self.averager.load_state_dict(state["compressor"])
 
     def sync_block(self) -> None:
         t = self.cfg.trainer
         self.start = block_sync(self.model, self.global_model, self.delta, self.start, self.meter, self.workers,
-                                self.eta, t.block_lr, t.nesterov, self.optimizer if t.reset_local_momentum else None)
+                                self.eta, t.block_lr, t.nesterov, self.optimizer if t.reset_local_momentum else None,
+                                self.averager)
+
+    def step_metrics(self) -> dict:
+        """A compressed block average's fields (as trainer=compressed's) in the record of its step."""
+        return {} if self.averager is None else self.averager.pop_stats()
+
+    def run(self) -> dict:
+        summary = super().run()
+        if self.averager is not None:
+            summary["compression"] = {"compressor": dict(self.cfg.compressor), "world": self.workers,
+                                      "collective": self.averager.compressor.collective,
+                                      "buckets": self.averager.bucket_profile()}
+        return summary
 
     def train_step(self, x, y):
         self.optimizer.zero_grad(set_to_none=True)
@@ -211,6 +260,19 @@ def _block_variants(name: str, ranks: int) -> list:
     return [[f"trainer={name}"]] + [[f"trainer={name}", f"compressor={c}"] for c in planned(("delta", "collective"))]
 
 
+def _block_bytes(cfg, summary, shapes) -> float:
+    """Bytes a worker sends per step: one average per ``trainer.block`` steps, a ring all-reduce of
+    the float32 model (2(N-1)/N M), or with a compressor its payload over the averager's buckets
+    times its collective's factor (:meth:`workbench.compress.Compressor.sent_bytes`). A run's
+    last, shorter block (steps not a multiple of the block) averages at save time, in no step."""
+    n, block = BMUFTrainer.num_workers(cfg), int(cfg.trainer.block)
+    comp = cfg.get("compressor")
+    if comp is None or comp.name == "none":
+        return 2 * (n - 1) / n * 4 * sum(math.prod(s) for s in shapes) / block
+    cls, buckets = COMPRESSORS[comp.name], bucket_numels(shapes)
+    return cls.sent_bytes(cls.payload_bytes_of_shapes(comp, shapes, buckets), len(buckets), n) / block
+
+
 def _block_loops(cfg) -> dict:
     # the ranks re-align once a block, not every step, and the block's sync is work of its own
     # (paradigms.bmuf): the loop with it, as this trainer runs it
@@ -219,5 +281,5 @@ def _block_loops(cfg) -> dict:
 
 
 for _name in ("bmuf", "local_sgd"):  # local SGD is BMUF with eta = 0, zeta = 1: the same model and loop
-    declare(ParadigmSpec(_name, perf_model=_bmuf_model, profile_loops=_block_loops,
+    declare(ParadigmSpec(_name, perf_model=_bmuf_model, profile_loops=_block_loops, analytic_bytes=_block_bytes,
                          plan_variants=lambda ranks, n=_name: _block_variants(n, ranks)))

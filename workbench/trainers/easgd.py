@@ -13,8 +13,18 @@ centre back (``param_pull``); with moving rate α = ηρ (``trainer.moving_rate`
 The elastic step is taken after the τ-th local step. Rank 0 evaluates, and saves as ``model.pt``,
 the centre x̃ (the consensus the method returns), not its own x_i.
 
+With a compressor (``compressor=fp16``, ``topk`` …: one that carries a delta point to point) a
+worker sends, instead of x_i, its elastic difference d_i = x_i − c_i against the centre c_i it
+received at its last exchange, compressed (error feedback per the config, a residual per server
+shard); the server, which keeps the c_i it sent each worker, takes c_i + decode(d_i) for x_i. The
+difference rides beside the protocol's ``PULL`` (the rule receives it before it answers with the
+centre; category ``param_push``, its 16-byte length header ``ps_control``), so ``param_push`` holds
+exactly the codec's bytes. The centre comes back dense (``param_pull``). ``compressor=none`` is the
+plain exchange above, bit for bit.
+
     python -m workbench trainer=easgd cluster.nproc=4                 # 3 workers, 1 server, async
     python -m workbench trainer=easgd trainer.mode=sync trainer.period=4 trainer.moving_rate=0.2
+    python -m workbench trainer=easgd compressor=topk compressor.k=0.05 compressor.error_feedback=true
 """
 from __future__ import annotations
 
@@ -24,7 +34,11 @@ from dataclasses import dataclass
 
 import torch
 
+from workbench.compress.base import BucketInfo
+from workbench.compress.delta import recv_payload, send_payload
+from workbench.compress.messages import Message, build_codec
 from workbench.core import ConfigError, TrainerConfig, store_schema
+from workbench.meter import nbytes
 from workbench.ps import protocol as P
 from workbench.ps.stats import ServerStats
 from workbench.ps.trainer import PSTrainer, smoke_overrides
@@ -109,10 +123,61 @@ class ElasticRule:
         pass
 
 
+TAG_DIFF = 16  # a compressed elastic difference's header; its payload on 17 (the protocol's tags are 11-15)
+
+
+class CompressedElasticRule(ElasticRule):
+    """:class:`ElasticRule` whose workers send a compressed elastic difference against the centre
+    each last received (``sent``) before a ``PULL``; the rule receives it and applies c_i + d_i as
+    that worker's x_i (the module docstring). Every ``PULL`` of such a run carries a difference:
+    EASGD's workers pull only in their exchange."""
+
+    def __init__(self, center: torch.Tensor, workers, *, sync: bool, alpha: float, codec, meter, group,
+                 shard: int) -> None:
+        super().__init__(center, workers, sync=sync, alpha=alpha)
+        self.codec, self.meter, self.group, self.shard = codec, meter, group, shard
+        self.sent = {int(w): center.clone() for w in workers}  # c_i: the centre worker i holds
+        self.seen = {int(w): 0 for w in workers}  # the clock its last reply carried (staleness)
+
+    def _note(self, replies: list) -> list:
+        for w, _, t in replies:  # the loop sends each reply with the clock as it is now
+            self.seen[w] = self.timestamp
+            if t.numel():
+                self.sent[w] = t
+        return replies
+
+    def on_pull(self, worker: int) -> list:
+        self.stats.mark()
+        payload = recv_payload(self.meter, worker, EASGDTrainer.push_category, P.CONTROL, TAG_DIFF, self.group)
+        info = BucketInfo(index=self.shard, step=self.timestamp, rank=worker, world=1)
+        x = self.sent[worker] + self.codec.receive(payload, self.params.numel(), info)
+        return self._note(self.on_push(worker, self.seen[worker], x))
+
+    def on_done(self, worker: int) -> list:
+        return self._note(super().on_done(worker))
+
+    def release_barrier(self, workers) -> list:
+        return self._note(super().release_barrier(workers))
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "sent": dict(self.sent), "seen": dict(self.seen),
+                "codec": self.codec.state_dict()}
+
+    def load_state_dict(self, st: dict) -> None:
+        super().load_state_dict(st)
+        self.sent = {int(w): x.clone() for w, x in st["sent"].items()}
+        self.seen = {int(w): int(t) for w, t in st["seen"].items()}
+        self.codec.load_state_dict(st["codec"])
+
+
 @TRAINERS.register("easgd")
 class EASGDTrainer(PSTrainer):
     name = "easgd"
     push_category = "param_push"
+
+    @classmethod
+    def compressed_messages(cls, cfg) -> list:
+        return [Message("delta", "p2p", what="EASGD's elastic difference")]
 
     @classmethod
     def validate(cls, cfg) -> None:
@@ -125,26 +190,64 @@ class EASGDTrainer(PSTrainer):
         if not 0 < t.moving_rate < 1:
             raise ConfigError(f"invalid value {t.moving_rate!r} for trainer.moving_rate: must be in (0, 1)")
 
+    def codec(self):
+        """The compressor of the elastic difference (a point-to-point instance), None: dense x_i."""
+        return build_codec(self.cfg.compressor, self.compressed_messages(self.cfg)[0], self.rank, 1, self.cfg.seed)
+
     def make_rule(self, params: torch.Tensor, total_steps: int) -> ElasticRule:
-        t = self.cfg.trainer
-        return ElasticRule(params, self.worker_ranks, sync=t.mode == "sync", alpha=t.moving_rate)
+        t, codec = self.cfg.trainer, self.codec()
+        if codec is None:
+            return ElasticRule(params, self.worker_ranks, sync=t.mode == "sync", alpha=t.moving_rate)
+        return CompressedElasticRule(params, self.worker_ranks, sync=t.mode == "sync", alpha=t.moving_rate,
+                                     codec=codec, meter=self.meter, group=self.group, shard=self.rank - self.workers)
 
     def setup_worker(self) -> None:
         self.optimizer = build_optimizer(self.model.parameters(), self.cfg.optim)
         self.center_model = copy.deepcopy(self.model)  # the centre as of this worker's last exchange
         self.center = list(self.center_model.parameters())
         self.local_steps = 0
+        self.compressor = self.codec()
+        self.exchanges = 0  # compressed exchanges so far (the codec's step)
+        self._sent = {}  # this step's payload and dense bytes, where it exchanged
 
     def eval_model(self):
         return self.center_model
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "local": self.model.state_dict(), "local_steps": self.local_steps}
+        out = {**super().state_dict(), "local": self.model.state_dict(), "local_steps": self.local_steps}
+        if self.compressor is not None:  # error-feedback residuals, per server shard
+            out["compressor"] = {"codec": self.compressor.state_dict(), "exchanges": self.exchanges}
+        return out
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.model.load_state_dict(state["local"])
         self.local_steps = state["local_steps"]
+        if self.compressor is not None and "compressor" in state:
+            self.compressor.load_state_dict(state["compressor"]["codec"])
+            self.exchanges = int(state["compressor"]["exchanges"])
+
+    def send_difference(self) -> None:
+        """The compressed exchange: each server shard's x_i − c_i through the codec, then a ``PULL``
+        whose answer is the centre (into ``self.center``)."""
+        works, payload_b, dense_b = [], 0, 0
+        for s, rank in enumerate(self.server_ranks):
+            diff = self.layout.flatten(self.params, s) - self.layout.flatten(self.center, s)
+            info = BucketInfo(index=s, step=self.exchanges, rank=self.rank, world=1, seed=self.cfg.seed)
+            payload = self.compressor.send(diff, info)
+            payload_b, dense_b = payload_b + nbytes(payload), dense_b + nbytes(diff)
+            works += send_payload(self.meter, payload, rank, self.push_category, P.CONTROL, TAG_DIFF, self.group)
+        self.client.pull(self.center)
+        for w in works:
+            w.wait()
+        self.exchanges += 1
+        self._sent = {"payload_bytes": payload_b, "dense_bytes": dense_b,
+                      "compression_ratio": dense_b / payload_b if payload_b else float("inf")}
+
+    def step_metrics(self) -> dict:
+        """A compressed exchange's payload and dense bytes and their ratio, in the record of its step."""
+        out, self._sent = self._sent, {}
+        return out
 
     def final_params(self):
         return self.center
@@ -156,7 +259,10 @@ class EASGDTrainer(PSTrainer):
         self.optimizer.step()
         self.local_steps += 1
         if self.local_steps % self.cfg.trainer.period == 0:
-            self.client.push_pull(self.params, self.center)
+            if self.compressor is None:
+                self.client.push_pull(self.params, self.center)
+            else:
+                self.send_difference()
             alpha = self.cfg.trainer.moving_rate
             with torch.no_grad():
                 for p, c in zip(self.params, self.center):

@@ -38,6 +38,11 @@ predicted next to measured throughput in ``summary.json`` under ``stanza``.
 
 For evaluation and ``model.pt`` the FC part is broadcast once from the first FC worker
 (category ``eval_sync``): evaluation traffic, not training traffic.
+
+Compression (``compressor=fp16``; ``compressor=powersgd compressor.activations=fp16``): the
+activations and their gradients go through the codec ``compressor.activations`` names, the CONV
+group's all-reduce through ``compressor.name``'s, under the same meter categories
+(:mod:`workbench.trainers.stanza_messages`; docs/stanza.md, "Compression in Stanza").
 """
 from __future__ import annotations
 
@@ -60,6 +65,7 @@ from workbench.perfmodel import stanza as pm
 from workbench.perfmodel.profile import boundary_floats, stanza_inputs
 from workbench.spec import ParadigmSpec, declare, qualified
 from workbench.trainers import TRAINERS
+from workbench.trainers import stanza_messages as sm
 from workbench.trainers.base import Trainer, build_optimizer, wrap_ddp
 
 
@@ -135,6 +141,12 @@ class StanzaTrainer(Trainer):
         return max(cands) if cands else 1  # provisional for auto: setup() decides after profiling
 
     @classmethod
+    def compressed_messages(cls, cfg) -> list:
+        """The CONV group's gradient all-reduce (``compressor.name``) and the boundary activations and
+        their gradients (``compressor.activations``): :mod:`workbench.trainers.stanza_messages`."""
+        return list(sm.MESSAGES)
+
+    @classmethod
     def validate(cls, cfg) -> None:
         t = cfg.trainer
         if t.bucket_cap_mb <= 0:
@@ -202,23 +214,32 @@ class StanzaTrainer(Trainer):
         self.batch_size = data_mod.batch_size_per_worker(cfg, self.n_c)
         self.global_batch = self.batch_size * self.n_c
         b, a, cd = self.batch_size, self.a, self.comm_device
+        comp = cfg.get("compressor")
+        self.acts, self.grads = (sm.Link(comp, b * a, cd, cfg.seed, d) for d in (sm.FORWARD, sm.BACKWARD))
+        self.reduce_state: Optional[sm.ConvReduceState] = None
         if self.is_conv:
             self.worker_index, self.is_worker = self.rank, True
             self.fc_peer = self.n_c + self.rank % n_f
             # Summed, not averaged: the FC side already divides the loss by the global batch. No
             # buffer broadcast: it would bypass the meter; BN statistics are synchronised for
             # evaluation instead (_sync_for_eval).
-            self.ddp = wrap_ddp(self.model.features, self.device, cfg.trainer.bucket_cap_mb,
-                                AllreduceHookState(self.meter, self.conv_group, "allreduce_conv"), metered_sum_hook,
+            hook = (AllreduceHookState(self.meter, self.conv_group, "allreduce_conv"), metered_sum_hook)
+            if sm.codec_name(comp, sm.ALLREDUCE) is not None:
+                self.reduce_state = sm.ConvReduceState(comp, self.meter, self.conv_group, cfg.seed)
+                hook = (self.reduce_state, sm.conv_sum_hook)
+            self.ddp = wrap_ddp(self.model.features, self.device, cfg.trainer.bucket_cap_mb, *hook,
                                 process_group=self.conv_group, broadcast_buffers=False)
+            if self.reduce_state is not None:
+                x = torch.zeros(2, self.spec.channels, self.spec.image_size, self.spec.image_size, device=self.device)
+                sm.settle_buckets(self.ddp, self.reduce_state, self.model.features, x)
             self.optimizer = build_optimizer(self.model.features.parameters(), cfg.optim)
-            self.grad_buf = torch.empty(b, a, device=cd)
+            self.grad_buf = self.grads.buffer((b, a))
             self.loss_buf = torch.zeros(1, device=cd)
         else:
             self.worker_index, self.is_worker = 0, False
             self.pieces = [c for c in self.conv_ranks if self.n_c + c % n_f == self.rank]
             self.optimizer = build_optimizer(self.model.classifier.parameters(), cfg.optim)
-            self.act_bufs = [torch.empty(b, a, device=cd) for _ in self.pieces]
+            self.act_bufs = [self.acts.buffer((b, a)) for _ in self.pieces]
             self.label_bufs = [torch.empty(b, dtype=torch.int64, device=cd) for _ in self.pieces]
             self.train_set = _IndexOnly(len(self.train_set))
             self.fc_buckets = size_buckets(self.model.classifier.parameters(), int(cfg.trainer.bucket_cap_mb * 2**20))
@@ -234,8 +255,9 @@ class StanzaTrainer(Trainer):
 
     def _conv_step(self, x, y):
         self.optimizer.zero_grad(set_to_none=True)
+        step = self._steps_done - 1
         h = self.ddp(x)
-        act = h.detach().to(self.comm_device).contiguous()
+        act = self.acts.encode(h.detach(), self.rank, step)
         sends = [self.meter.isend(act, self.fc_peer, "activations", TAG_ACT),
                  self.meter.isend(y.to(self.comm_device, torch.int64).contiguous(), self.fc_peer, "labels", TAG_LABELS)]
         grad = self.meter.irecv(self.grad_buf, self.fc_peer, "activation_grads", TAG_GRAD)
@@ -244,23 +266,24 @@ class StanzaTrainer(Trainer):
         loss.wait()  # sent right after the gradients: waiting here keeps the meter's times honest
         for s in sends:
             s.wait()
-        h.backward(self.grad_buf.to(self.device).view_as(h))
+        h.backward(self.grads.decode(self.grad_buf, self.rank, step).to(self.device).view_as(h))
         self.optimizer.step()
         return self.loss_buf[0].clone()
 
     def _fc_step(self):
         self.optimizer.zero_grad(set_to_none=True)
-        b = self.batch_size
+        b, step = self.batch_size, self._steps_done - 1
         recvs = [(self.meter.irecv(act, c, "activations", TAG_ACT), self.meter.irecv(lab, c, "labels", TAG_LABELS))
                  for c, act, lab in zip(self.pieces, self.act_bufs, self.label_bufs)]
-        sends, losses = [], []
+        sends, losses, wire = [], [], []  # wire: the payloads, alive until their sends are done
         for (r_act, r_lab), c, act, lab in zip(recvs, self.pieces, self.act_bufs, self.label_bufs):
             r_act.wait()
             r_lab.wait()
-            h = act.to(self.device).detach().requires_grad_()
+            h = self.acts.decode(act, c, step).view(b, self.a).to(self.device).detach().requires_grad_()
             ce = F.cross_entropy(self.model.classifier(h), lab.to(self.device), reduction="sum")
             (ce / self.global_batch).backward()  # this piece's share of the global-batch mean loss
-            sends.append(self.meter.isend(h.grad.to(self.comm_device).contiguous(), c, "activation_grads", TAG_GRAD))
+            wire.append(self.grads.encode(h.grad, c, step))
+            sends.append(self.meter.isend(wire[-1], c, "activation_grads", TAG_GRAD))
             piece_loss = (ce.detach() / b).reshape(1).to(self.comm_device)
             losses.append(piece_loss)
             sends.append(self.meter.isend(piece_loss, c, "loss", TAG_LOSS))
@@ -313,8 +336,30 @@ class StanzaTrainer(Trainer):
         self._sync_for_eval()
         super().save_final_model()
 
+    def step_metrics(self) -> Dict[str, float]:
+        """A CONV worker's compressed all-reduce: encode/decode/communication ms, payload and dense bytes."""
+        return self.reduce_state.inner.pop_stats() if self.reduce_state is not None else {}
+
+    def state_dict(self) -> dict:
+        """Model and optimizer, the step count (a stochastic codec's draws depend on it) and, on a
+        CONV worker that compresses its all-reduce, the compressor's state (residuals, PowerSGD's P/Q)."""
+        out = {**super().state_dict(), "stanza_steps": self._steps_done}
+        if self.reduce_state is not None:
+            out["compressor"] = self.reduce_state.inner.state_dict()
+        return out
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self._steps_done = int(state.get("stanza_steps", self._steps_done))
+        if self.reduce_state is not None and "compressor" in state:
+            self.reduce_state.inner.load_state_dict(state["compressor"])
+
     def run(self) -> dict:
-        summary = super().run()
+        try:
+            summary = super().run()
+        finally:
+            if getattr(self, "reduce_state", None) is not None:
+                self.reduce_state.inner.close()
         periods = self._periods[1:] if len(self._periods) > 1 else self._periods  # drop the warm-up step
         steady = self.global_batch / statistics.median(periods) if periods else None
         info: Dict[str, Any] = {
@@ -326,6 +371,8 @@ class StanzaTrainer(Trainer):
         }
         if self.allocation is not None:
             info.update(self.allocation.summary(steady))
+        if self.reduce_state is not None:  # DDP's buckets, as the analytic count needs them
+            info["conv_buckets"] = [b["numel"] for b in self.reduce_state.inner.bucket_profile()]
         summary["stanza"] = info
         if self.rank == 0 and self.allocation is not None:
             print(f"stanza: {self.n_c} CONV + {self.n_f} FC workers: predicted {info['predicted_samples_per_s'] or float('nan'):.1f} "
@@ -357,13 +404,29 @@ def _label(get) -> str:
     return f"stanza/n_f={int(n_f)}" if n_f is not None and not _auto(n_f) else qualified("stanza", get)
 
 
+def conv_worker_bytes(cfg, summary) -> Dict[str, Dict[str, float]]:
+    """A CONV worker's bytes per step by category: the conv part's all-reduce among the CONV workers
+    (a ring, or the compressor's collective over DDP's buckets), plus its boundary activations and
+    their gradients, one :meth:`Compressor.payload_bytes` each under a codec
+    (:func:`workbench.perfmodel.stanza.stanza_conv_worker_bytes`)."""
+    st, b = summary["stanza"], summary["batch_per_worker"]
+    comp, a, n_c = cfg.get("compressor"), st["boundary_floats"], st["conv_workers"]
+    ar = None
+    if st.get("conv_buckets") is not None:
+        ar = sm.allreduce_sent_bytes(comp, _features_shapes(cfg), st["conv_buckets"], n_c)
+    return pm.stanza_conv_worker_bytes(st["params"]["features"], a, b, n_c, act_bytes=sm.activation_bytes(comp, a * b),
+                                       allreduce_bytes=ar)
+
+
 def _conv_worker_bytes(cfg, summary, shapes) -> float:
-    """A CONV worker: ring all-reduce of the conv part among the CONV workers, plus its boundary
-    activations and their gradients (:func:`workbench.perfmodel.stanza.stanza_conv_worker_bytes`)."""
-    st = summary["stanza"]
-    b = pm.stanza_conv_worker_bytes(st["params"]["features"], st["boundary_floats"], summary["batch_per_worker"],
-                                    st["conv_workers"])
-    return pm.total(b, "sent")
+    return pm.total(conv_worker_bytes(cfg, summary), "sent")
+
+
+def _features_shapes(cfg) -> List[tuple]:
+    """The CONV part's parameter shapes, in DDP's parameter order (built on the meta device)."""
+    spec = data_mod.DATASETS[cfg.data.name].spec(cfg.data)
+    with torch.device("meta"):
+        return [tuple(p.shape) for p in MODELS[cfg.model.name].build(spec, cfg.model).features.parameters()]
 
 
 def _stanza_model(cfg):
