@@ -89,6 +89,14 @@ def test_two_servers_push_their_shards_payloads():
     assert pred.bytes["grad_push"]["sent"] == sum(_payload(cfg, part) for part in parts)
 
 
+def test_the_deltas_buckets_are_the_averagers():
+    from workbench.compress.delta import bucket_shapes
+    big = [(3000, 3000), (10,), (2000, 2000), (2000, 2000), (5,)]
+    for shapes in (SHAPES, big):
+        for cap in (4 * 100, 25 * 2**20):
+            assert cm.delta_buckets(shapes, cap) == [[tuple(s) for s in b] for b in bucket_shapes(shapes, cap)]
+
+
 def test_shards_are_the_parameter_servers():
     from workbench.ps.sharding import ShardLayout
     for s in (1, 2, 3):
@@ -99,31 +107,38 @@ def test_shards_are_the_parameter_servers():
 def test_easgd_sends_the_elastic_differences_payload_once_a_period():
     label, cfg, pred = _predict(["trainer=easgd", "compressor=fp16"])
     assert label == "easgd/async+fp16"
-    assert pred.bytes["param_push"]["sent"] == 2 * PROF.params / int(cfg.trainer.period)
-    assert pred.bytes["param_pull"]["recv"] == PROF.model_bytes / int(cfg.trainer.period)
+    tau = int(cfg.trainer.period)
+    assert pred.bytes["param_push"]["sent"] == 2 * PROF.params / tau
+    assert pred.bytes["param_pull"]["recv"] == PROF.model_bytes / tau
+    assert pred.bytes["ps_control"]["sent"] == (32 + 16) / tau  # the PULL's header, the difference's length
 
 
 @pytest.mark.parametrize("trainer,comp", [("bmuf", "powersgd"), ("local_sgd", "topk"), ("bmuf", "efsignsgd"),
                                           ("local_sgd", "fp16")])
 def test_bmufs_delta_is_the_compressors_collective_once_a_block(trainer, comp):
+    from workbench.trainers import SPECS
     label, cfg, pred = _predict([f"trainer={trainer}", f"compressor={comp}"])
     assert label == f"{trainer}+{comp}"
     payload = _payload(cfg, SHAPES)
     cls = COMPRESSORS[comp]
-    per_block = C.allreduce_bytes(payload, 4) if cls.collective == "allreduce" else C.allgather_varlen_bytes(payload, 4)
-    assert per_block == pytest.approx(cls.sent_bytes(payload, 1, 4), abs=1)
-    assert pred.bytes[cls.category]["sent"] == per_block / int(cfg.trainer.block)
+    # the trainer's own analytic count (the bytes suite's), per step
+    assert pred.bytes[cls.category]["sent"] == pytest.approx(SPECS[trainer].analytic_bytes(cfg, {}, SHAPES), rel=1e-12)
+    assert pred.bytes[cls.category]["sent"] == pytest.approx(cls.sent_bytes(payload, 1, 4) / int(cfg.trainer.block))
     # the measured reduce put exactly that payload into its collectives
     assert sum(m["bytes"] for m in PROF.codecs[comp]["delta"]["payloads"]) == payload
     assert pred.terms["codec"] == pytest.approx(PROF.codecs[comp]["delta"]["codec_s"] / int(cfg.trainer.block))
 
 
 def test_stanzas_conv_ring_and_activations_are_the_compressors():
+    from workbench.perfmodel.shaper import conv_bucket_numels
+    from workbench.trainers import stanza_messages as sm
     label, cfg, pred = _predict(["trainer=stanza", "trainer.fc_workers=1", "compressor=fp16"])
     assert label == "stanza/n_f=1+fp16"
     n_c, b, a = 3, PROF.batch, PROF.boundary
-    assert pred.bytes["allreduce_conv"]["sent"] == C.allreduce_bytes(2 * PROF.params_conv, n_c)
-    assert pred.bytes["activations"]["sent"] == 2 * a * b
+    # the trainer's own analytic counts: the compressor over the CONV group's buckets, the activations' payload
+    ar = sm.allreduce_sent_bytes(cfg.compressor, SHAPES[:CONV], conv_bucket_numels(PROF), n_c)
+    assert pred.bytes["allreduce_conv"]["sent"] == pytest.approx(ar) == pytest.approx(2 * (n_c - 1) / n_c * 2 * PROF.params_conv)
+    assert pred.bytes["activations"]["sent"] == sm.activation_bytes(cfg.compressor, a * b) == 2 * a * b
     assert pred.bytes["activation_grads"]["recv"] == 2 * a * b
     dense = _predict(["trainer=stanza", "trainer.fc_workers=1"])[2]
     assert dense.bytes["activations"]["sent"] == 4 * a * b
@@ -131,9 +146,12 @@ def test_stanzas_conv_ring_and_activations_are_the_compressors():
 
 
 def test_stanza_with_dense_activations_compresses_the_ring_alone():
+    from workbench.perfmodel.shaper import conv_bucket_numels
+    from workbench.trainers import stanza_messages as sm
     _, cfg, pred = _predict(["trainer=stanza", "trainer.fc_workers=1", "compressor=topk", "compressor.activations=none"])
     assert pred.bytes["activations"]["sent"] == 4 * PROF.boundary * PROF.batch
-    assert pred.bytes["allreduce_conv"]["sent"] == C.allgather_varlen_bytes(_payload(cfg, SHAPES[:CONV]), 3)
+    ar = sm.allreduce_sent_bytes(cfg.compressor, SHAPES[:CONV], conv_bucket_numels(PROF), 3)
+    assert pred.bytes["allreduce_conv"]["sent"] == pytest.approx(ar)
 
 
 def test_the_planned_combinations_are_the_valid_ones_and_their_labels_parse():
@@ -257,7 +275,8 @@ def _identity_profile(**kw):
                            "p2p": [{"numel": 1, "bytes": 4, "send_s": 0.0, "receive_s": 0.0},
                                    {"numel": 10**9, "bytes": 4 * 10**9, "send_s": 0.0, "receive_s": 0.0}]}
     prof.collectives = {f"allreduce:float32:{m}": 2e-3, "allreduce:float32:4": 1e-4}
-    return prof, cm.MessageCodec("same", "allreduce", "allreduce", lambda shapes: 4 * sum(math.prod(s) for s in shapes))
+    return prof, cm.MessageCodec("same", "allreduce", "allreduce", lambda shapes: 4 * sum(math.prod(s) for s in shapes),
+                                 lambda payload, buckets, world: C.allreduce_bytes(payload, world))
 
 
 @pytest.mark.parametrize("loops", [{}, {"block/8": 0.05, "ps/sync": 0.06}])

@@ -87,21 +87,23 @@ def measure_codecs(buckets: List[dict], compressors: Dict[str, object], world: i
 def measure_messages(ccfg, world: int, repeats: int, shapes, conv_tensors: int, p2p_sizes) -> dict:
     """Compressor ``ccfg``'s codec on the messages of the paradigms other than DDP (profile
     version 14): ``delta`` and ``conv``, its ``reduce`` (among ``world`` ranks, against a channel
-    that returns the payload, as :func:`measure_codecs`) on one flat tensor of the whole model
-    (``shapes``, BMUF's and local SGD's delta) and of its first ``conv_tensors`` parameter tensors
-    (Stanza's CONV group), each ``{"payloads", "codec_s"}``; ``p2p``, where the compressor sends
+    that returns the payload, as :func:`measure_codecs`) on the whole model cut as the averager
+    cuts it (``shapes``: BMUF's and local SGD's delta, ``compress.delta.bucket_shapes``) and on the
+    first ``conv_tensors`` parameters as one tensor (Stanza's CONV group), each ``{"payloads"``
+    (every collective), ``"codec_s"`` (their sum)``}``; ``p2p``, where the compressor sends
     point to point, ``send`` and ``receive`` of an instance built with world 1 (error feedback
     included where its config asks) on a flat tensor of each of ``p2p_sizes`` elements, ``[{"numel",
     "bytes", "send_s", "receive_s"}]``, each the median of ``repeats`` after a warm-up."""
     import torch
+
+    from workbench.compress.delta import bucket_shapes
     out = {}
     start = int(ccfg.get("start_iter", 0) or 0) + 2
-    comp = build_compressor(ccfg, 0, world, 0)
-    for key, part in (("delta", shapes), ("conv", shapes[:conv_tensors])):
-        if part:
-            bk = {"numel": sum(math.prod(s) for s in part), "shapes": [tuple(s) for s in part]}
-            payloads, codec = _reduce_timed(comp, [bk], start, world, repeats)
-            out[key] = {"payloads": payloads[0], "codec_s": codec[0]}
+    for key, parts in (("delta", bucket_shapes(shapes)), ("conv", [shapes[:conv_tensors]])):
+        bks = [{"numel": sum(math.prod(s) for s in part), "shapes": [tuple(s) for s in part]} for part in parts if part]
+        if bks:  # a compressor of its own: its state (residuals, PowerSGD's P and Q) is per bucket index
+            payloads, codec = _reduce_timed(build_compressor(ccfg, 0, world, 0), bks, start, world, repeats)
+            out[key] = {"payloads": [m for ms in payloads for m in ms], "codec_s": sum(codec)}
     if not COMPRESSORS[ccfg.name].point_to_point:
         return out
     one = build_compressor(ccfg, 0, 1, 0)
@@ -135,7 +137,7 @@ def message_codec(ccfg):
 
     from workbench.perfmodel.paradigms.compressed_messages import MessageCodec
     cls = COMPRESSORS[ccfg.name]
-    return MessageCodec(str(ccfg.name), cls.collective, cls.category, partial(_payload_of, cls, ccfg))
+    return MessageCodec(str(ccfg.name), cls.collective, cls.category, partial(_payload_of, cls, ccfg), cls.sent_bytes)
 
 
 # The compressors the planner ranks beside each paradigm by default, where they can carry its messages

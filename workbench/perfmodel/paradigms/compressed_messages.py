@@ -27,23 +27,26 @@ enc(n) / dec(n) the codec's send / receive on n elements, AR / AG / PS the colle
   2α + P/(Sβ) + max(0, M/S − B)/β + max_s dec(n_s) (the pull's codec likewise where it is
   compressed).
 - ``easgd/<mode>+c`` (the elastic difference x_i − x̃ point to point, the centre back dense):
-  the same exchange every τ steps (``param_push`` P, ``param_pull`` M), mode=sync
+  the same exchange every τ steps (``param_push`` P, ``param_pull`` M, ``ps_control`` the protocol's
+  32-byte headers and each shard's 16-byte length header), mode=sync
   T = C_W + U + book + (Σ_s enc(n_s) + PS(P, W, S) + W·max_s dec(n_s) + PS(M, W, S) + U/S)/τ.
 - ``bmuf+c`` / ``local_sgd+c`` (the block's averaged delta through the compressor's reduce):
   T = C_p + U + book + (X + codec_Δ + U)/B, X the compressor's collectives of the whole model's
   delta (each message the profile recorded, on the α-β line: AR(n, p), or AG's sizes then payloads),
   codec_Δ its reduce on the whole model. Bytes per step: the compressor's category,
-  ⌊2(p−1)P/p⌋ (all-reduce) or (p−1)(P+8) (all-gather), over B.
+  ``Compressor.sent_bytes`` of P = Σ_b payload(bucket b) over the averager's buckets (whole
+  parameters, 25 MiB of float32 each): 2(p−1)P/p (all-reduce) or (p−1)(P + 8·buckets)
+  (all-gather), over B.
 - ``stanza/n_f=<k>+c`` (the CONV group's gradient all-reduce through the compressor; the
   activations and their gradients through ``compressor.activations``): Stanza's schedule
   (``perfmodel.stanza.parts`` / ``assemble``, behind the emulated links
   ``shaper.stanza_behind_shaper``) on the payloads: each transfer 2α + A_c/β + enc(ba) + dec(ba),
   A_c the activation payload of one batch of b·a floats, and the CONV ring the compressor's
-  collective of the conv part's payload P_c (an all-gather as the ring of the same bytes,
-  n_c(P_c + 8)/2) plus its reduce's codec (one flat message: an all-gather's length is counted
-  once, not per DDP bucket); behind the buckets the codecs in series, the CONV group's and
-  (1 + pieces)·(enc + dec). Bytes: ``allreduce_conv`` the collective's count of P_c,
-  ``activations`` A_c sent, ``activation_grads`` A_c received.
+  collective of P_c, the payloads of the CONV group's DDP buckets (an all-gather as the ring of the
+  same bytes, n_c(P_c + 8·buckets)/2), plus its reduce's codec on the conv part; behind the
+  buckets the codecs in series, the CONV group's and (1 + pieces)·(enc + dec). Bytes:
+  ``allreduce_conv`` ``Compressor.sent_bytes`` of P_c over those buckets, ``activations`` A_c
+  sent, ``activation_grads`` A_c received.
 
 Where the rows are this machine: on loopback the links are the in-loop line (``loopback.loop_link``,
 fitted to the parameter server's own loops, what the dense asynchronous rows and Stanza use), and
@@ -82,9 +85,10 @@ from workbench.perfmodel.paradigms.ps import workers_of
 from workbench.perfmodel.paradigms.stanza_schedule import stanza_inputs
 from workbench.perfmodel.profile.schema import Profile
 from workbench.perfmodel.queueing import LineLink, closed_loop
-from workbench.perfmodel.shaper import ShapedLink, behind_shaper_s, ps_phase_s, shaper_delay_s
+from workbench.perfmodel.shaper import ShapedLink, behind_shaper_s, conv_bucket_numels, ps_phase_s, shaper_delay_s
 
 Shape = Tuple[int, ...]
+LENGTH_HEADER_BYTES = 16  # a point-to-point payload's element count and dtype (``compress.delta.send_payload``)
 
 
 class MissingMeasurement(KeyError):
@@ -101,15 +105,27 @@ class MessageCodec:
     collective: str  # allreduce | allgather: its collective, where the message is one
     category: str  # the meter category of its collective traffic
     payload: Callable[[Sequence[Shape]], int]  # bytes of one message carrying a flat tensor of these shapes
+    # sent(payload, buckets, world): bytes one rank sends in its collective for ``payload`` bytes over
+    # ``buckets`` buckets (``Compressor.sent_bytes``: 2(p−1)/p of it, or (p−1)(it + 8 per bucket))
+    sent: Callable[[float, int, int], float]
 
 
-def collective_bytes(codec: MessageCodec, payload: int, p: int) -> int:
-    """Bytes one rank sends in the compressor's collective of a ``payload``-byte message among
-    ``p`` ranks (the meter's count: a ring all-reduce ⌊2(p−1)n/p⌋, the hook's all-gather its
-    length and payload to each of the p−1 others)."""
-    if p <= 1:
-        return 0
-    return C.allreduce_bytes(payload, p) if codec.collective == "allreduce" else C.allgather_varlen_bytes(payload, p)
+DELTA_BUCKET_BYTES = 25 * 2**20  # float32 bytes per bucket of a flat delta (``compress.delta.BUCKET_CAP_BYTES``)
+
+
+def delta_buckets(shapes: Sequence[Shape], cap_bytes: int = DELTA_BUCKET_BYTES) -> List[List[Shape]]:
+    """A flat delta's buckets as the averager cuts them (``compress.delta.bucket_shapes``): consecutive
+    whole parameters, at most ``cap_bytes`` of float32 each, a larger one alone."""
+    out: List[List[Shape]] = [[]]
+    size = 0
+    for s in shapes:
+        n = 4 * math.prod(s)
+        if out[-1] and size + n > cap_bytes:
+            out.append([])
+            size = 0
+        out[-1].append(tuple(s))
+        size += n
+    return out
 
 
 def shards(shapes: Sequence[Shape], servers: int) -> List[List[Shape]]:
@@ -307,6 +323,7 @@ def _easgd(prof: Profile, cl: Cluster, servers: int = 1, period: int = 4, sync: 
     w = workers_of(cl, servers, "EASGD")
     x = _exchange(prof, cl, servers, push, None, w)
     by = _ps_bytes(x, servers, "param_push", period)
+    by["ps_control"]["sent"] += LENGTH_HEADER_BYTES * servers / period  # each shard's difference: its length first
     elastic = prof.update_s() / servers
     book = prof.bookkeeping_s()
     if not sync:
@@ -342,8 +359,8 @@ def _bmuf(prof: Profile, cl: Cluster, block: int = 8, delta: MessageCodec = None
     p = cl.ranks
     measured = _reduce_measured(prof, delta, "delta")
     codec = prof.message_codec_s(delta.name, "delta", p, cl.shares_cores)
-    payload = delta.payload(prof.param_shapes)
-    sent = collective_bytes(delta, payload, p)
+    buckets = delta_buckets(prof.param_shapes)
+    sent = delta.sent(sum(delta.payload(b) for b in buckets), len(buckets), p) if p > 1 else 0.0
     xs = 0.0
     for m in measured["payloads"]:  # each collective of the reduce, at its recorded size
         xs += collective_s(prof, cl, m["collective"], m.get("dtype", "float32"), m["bytes"]) if cl.shares_cores \
@@ -369,17 +386,6 @@ def _bmuf(prof: Profile, cl: Cluster, block: int = 8, delta: MessageCodec = None
                       dominant(terms, kinds), terms)
 
 
-def _conv_shapes(prof: Profile) -> List[Shape]:
-    """The conv part's tensors: the model's first tensors, up to ``params_conv`` elements."""
-    out, n = [], 0
-    for s in prof.param_shapes:
-        if n >= prof.params_conv:
-            break
-        out.append(tuple(s))
-        n += math.prod(s)
-    return out
-
-
 def _stanza(prof: Profile, cl: Cluster, fc_workers: int = 1, grad: MessageCodec = None,
            act: Optional[MessageCodec] = None) -> Prediction:
     """Stanza's schedule with the CONV ring through ``grad``'s collective and the boundary's
@@ -390,7 +396,8 @@ def _stanza(prof: Profile, cl: Cluster, fc_workers: int = 1, grad: MessageCodec 
         raise ValueError(f"Stanza needs 1 <= n_f < ranks, got n_f={n_f} of {cl.ranks}")
     dense_x = stanza_inputs(prof, testbed.stanza_line(prof, cl))  # the dense row's line (the host's, behind buckets)
     _reduce_measured(prof, grad, "conv")
-    conv_payload = grad.payload(_conv_shapes(prof))
+    conv_buckets = conv_bucket_numels(prof)  # the CONV group's DDP buckets, each through the compressor
+    conv_payload = sum(grad.payload([(n,)]) for n in conv_buckets)
     conv_codec = prof.message_codec_s(grad.name, "conv", cl.ranks, cl.shares_cores) if n_c > 1 else 0.0
     a_bytes, enc, dec = dense_x.s * dense_x.a * dense_x.b, 0.0, 0.0
     if act is not None:
@@ -398,7 +405,7 @@ def _stanza(prof: Profile, cl: Cluster, fc_workers: int = 1, grad: MessageCodec 
         a_bytes = act.payload([(dense_x.a * dense_x.b,)])
     # the schedule on the payloads: the activations' floats and a conv part whose ring carries the
     # compressor's bytes (an all-gather of n bytes as the ring of n_c(n + 8)/2, the same bytes on the wire)
-    ring_eq = conv_payload if grad.collective == "allreduce" else n_c * (conv_payload + 8) / 2
+    ring_eq = conv_payload if grad.collective == "allreduce" else n_c * (conv_payload + 8 * len(conv_buckets)) / 2
     x = replace(dense_x, a=a_bytes / (dense_x.s * dense_x.b), p_c=ring_eq / dense_x.s)
     t = testbed.stanza_schedule(prof, cl, x, n_c, n_f)
     if t is None:
@@ -411,7 +418,7 @@ def _stanza(prof: Profile, cl: Cluster, fc_workers: int = 1, grad: MessageCodec 
         t["transfer"] += enc + dec
         t["step"] += conv_codec + (1 + t["pieces"]) * (enc + dec)
     ring = t["allreduce_conv"] - conv_codec
-    ar = collective_bytes(grad, conv_payload, n_c)
+    ar = grad.sent(conv_payload, len(conv_buckets), n_c) if n_c > 1 else 0.0
     by = st.stanza_conv_worker_bytes(prof.params_conv, prof.boundary, dense_x.b, n_c)
     by.update({"allreduce_conv": cat(ar, ar), "activations": cat(a_bytes, 0), "activation_grads": cat(0, a_bytes)})
     book = prof.bookkeeping_s()
