@@ -122,8 +122,10 @@ def test_bmufs_delta_is_the_compressors_collective_once_a_block(trainer, comp):
     payload = _payload(cfg, SHAPES)
     cls = COMPRESSORS[comp]
     # the trainer's own analytic count (the bytes suite's), per step
-    assert pred.bytes[cls.category]["sent"] == pytest.approx(SPECS[trainer].analytic_bytes(cfg, {}, SHAPES), rel=1e-12)
-    assert pred.bytes[cls.category]["sent"] == pytest.approx(cls.sent_bytes(payload, 1, 4) / int(cfg.trainer.block))
+    # (the meter floors each all-reduce's 2(p-1)n/p: one message here, within a byte)
+    per_block = C.allreduce_bytes(payload, 4) if cls.collective == "allreduce" else cls.sent_bytes(payload, 1, 4)
+    assert pred.bytes[cls.category]["sent"] == per_block / int(cfg.trainer.block)
+    assert per_block == pytest.approx(SPECS[trainer].analytic_bytes(cfg, {}, SHAPES) * int(cfg.trainer.block), abs=1)
     # the measured reduce put exactly that payload into its collectives
     assert sum(m["bytes"] for m in PROF.codecs[comp]["delta"]["payloads"]) == payload
     assert pred.terms["codec"] == pytest.approx(PROF.codecs[comp]["delta"]["codec_s"] / int(cfg.trainer.block))
@@ -137,7 +139,8 @@ def test_stanzas_conv_ring_and_activations_are_the_compressors():
     n_c, b, a = 3, PROF.batch, PROF.boundary
     # the trainer's own analytic counts: the compressor over the CONV group's buckets, the activations' payload
     ar = sm.allreduce_sent_bytes(cfg.compressor, SHAPES[:CONV], conv_bucket_numels(PROF), n_c)
-    assert pred.bytes["allreduce_conv"]["sent"] == pytest.approx(ar) == pytest.approx(2 * (n_c - 1) / n_c * 2 * PROF.params_conv)
+    assert pred.bytes["allreduce_conv"]["sent"] == sum(C.allreduce_bytes(2 * n, n_c) for n in conv_bucket_numels(PROF))
+    assert pred.bytes["allreduce_conv"]["sent"] == pytest.approx(ar, abs=len(conv_bucket_numels(PROF)))
     assert pred.bytes["activations"]["sent"] == sm.activation_bytes(cfg.compressor, a * b) == 2 * a * b
     assert pred.bytes["activation_grads"]["recv"] == 2 * a * b
     dense = _predict(["trainer=stanza", "trainer.fc_workers=1"])[2]
@@ -166,6 +169,8 @@ def test_the_planned_combinations_are_the_valid_ones_and_their_labels_parse():
             cfg = _compose((vo[0], "cluster.nproc=4")).copy()  # the trainer's defaults, then the variant's keys
             for o in vo[1:]:
                 k, v = o.split("=", 1)
+                if k.startswith("compressor."):
+                    continue  # a compressor's setting (PowerSGD's start): not part of the label
                 OmegaConf.update(cfg, "compressor.name" if k == "compressor" else k, v, merge=False)
             labels.add(paradigm_of_config(cfg))
     assert {"ps/sync+topk", "ps/async+fp16", "staleness/n=1+efsignsgd", "easgd/async+topk", "bmuf+powersgd",

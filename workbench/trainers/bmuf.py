@@ -255,9 +255,13 @@ def _bmuf_model(cfg):
 
 
 def _block_variants(name: str, ranks: int) -> list:
-    """The trainer, and with each planned compressor that averages a delta by its collective."""
+    """The trainer, and with each planned compressor that averages a delta by its collective (with
+    the start its bench settings give it: PowerSGD's start counts averaging rounds, which a short
+    verification never reaches at its default)."""
     from workbench.compress.codec_timing import planned
-    return [[f"trainer={name}"]] + [[f"trainer={name}", f"compressor={c}"] for c in planned(("delta", "collective"))]
+    return [[f"trainer={name}"]] + [[f"trainer={name}", f"compressor={c}",
+                                     *[o for o in COMPRESSORS[c].bench_overrides if o.startswith("compressor.start_iter=")]]
+                                    for c in planned(("delta", "collective"))]
 
 
 def _block_bytes(cfg, summary, shapes) -> float:

@@ -113,6 +113,15 @@ class MessageCodec:
 DELTA_BUCKET_BYTES = 25 * 2**20  # float32 bytes per bucket of a flat delta (``compress.delta.BUCKET_CAP_BYTES``)
 
 
+def sent_bytes(codec: MessageCodec, payloads: Sequence[float], p: int) -> float:
+    """Bytes one rank sends in the compressor's collectives of one message per bucket of these
+    ``payloads`` among ``p`` ranks: the meter's count, an all-reduce's ⌊2(p−1)n/p⌋ per message, else
+    ``Compressor.sent_bytes`` (an all-gather's payload and length to each of the p−1 others)."""
+    if p <= 1:
+        return 0.0
+    return sum(C.allreduce_bytes(n, p) if codec.collective == "allreduce" else codec.sent(n, 1, p) for n in payloads)
+
+
 def delta_buckets(shapes: Sequence[Shape], cap_bytes: int = DELTA_BUCKET_BYTES) -> List[List[Shape]]:
     """A flat delta's buckets as the averager cuts them (``compress.delta.bucket_shapes``): consecutive
     whole parameters, at most ``cap_bytes`` of float32 each, a larger one alone."""
@@ -360,7 +369,7 @@ def _bmuf(prof: Profile, cl: Cluster, block: int = 8, delta: MessageCodec = None
     measured = _reduce_measured(prof, delta, "delta")
     codec = prof.message_codec_s(delta.name, "delta", p, cl.shares_cores)
     buckets = delta_buckets(prof.param_shapes)
-    sent = delta.sent(sum(delta.payload(b) for b in buckets), len(buckets), p) if p > 1 else 0.0
+    sent = sent_bytes(delta, [delta.payload(b) for b in buckets], p)
     xs = 0.0
     for m in measured["payloads"]:  # each collective of the reduce, at its recorded size
         xs += collective_s(prof, cl, m["collective"], m.get("dtype", "float32"), m["bytes"]) if cl.shares_cores \
@@ -397,7 +406,8 @@ def _stanza(prof: Profile, cl: Cluster, fc_workers: int = 1, grad: MessageCodec 
     dense_x = stanza_inputs(prof, testbed.stanza_line(prof, cl))  # the dense row's line (the host's, behind buckets)
     _reduce_measured(prof, grad, "conv")
     conv_buckets = conv_bucket_numels(prof)  # the CONV group's DDP buckets, each through the compressor
-    conv_payload = sum(grad.payload([(n,)]) for n in conv_buckets)
+    conv_payloads = [grad.payload([(n,)]) for n in conv_buckets]
+    conv_payload = sum(conv_payloads)
     conv_codec = prof.message_codec_s(grad.name, "conv", cl.ranks, cl.shares_cores) if n_c > 1 else 0.0
     a_bytes, enc, dec = dense_x.s * dense_x.a * dense_x.b, 0.0, 0.0
     if act is not None:
@@ -418,7 +428,7 @@ def _stanza(prof: Profile, cl: Cluster, fc_workers: int = 1, grad: MessageCodec 
         t["transfer"] += enc + dec
         t["step"] += conv_codec + (1 + t["pieces"]) * (enc + dec)
     ring = t["allreduce_conv"] - conv_codec
-    ar = grad.sent(conv_payload, len(conv_buckets), n_c) if n_c > 1 else 0.0
+    ar = sent_bytes(grad, conv_payloads, n_c)
     by = st.stanza_conv_worker_bytes(prof.params_conv, prof.boundary, dense_x.b, n_c)
     by.update({"allreduce_conv": cat(ar, ar), "activations": cat(a_bytes, 0), "activation_grads": cat(0, a_bytes)})
     book = prof.bookkeeping_s()
