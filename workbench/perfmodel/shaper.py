@@ -128,15 +128,16 @@ def behind_shaper_s(cl: Cluster, floor: Optional[Cluster], nbytes: float, wait: 
 
 
 def ps_phase_s(prof: Profile, cl: Cluster, workers: int, servers: int, busy_s: float,
-               host_s: Optional[float] = None) -> float:
+               host_s: Optional[float] = None, nbytes: Optional[float] = None) -> float:
     """One lockstep push (or pull) of the model behind token buckets (both directions of every
     link shaped): the worker's link carries M and a server's link W·M/S, each starting with the
     tokens refilled while that direction idled: during the other phase and ``busy_s`` (compute and
     the update). At 1 Gbit/s the bucket holds 500 KB: a worker's 605 KB small-CNN push waits for
     105 KB. ``host_s``: the phase's host part as this host's hardsync loop timed it, which the
     bucket's wait follows in series where every rank has a core of its own and which is the floor
-    of the idle stack's line plus the wait where they share the cores (:func:`behind_shaper_s`)."""
-    n, host = prof.model_bytes, host_bandwidth(cl)
+    of the idle stack's line plus the wait where they share the cores (:func:`behind_shaper_s`).
+    ``nbytes``: a message other than the model (a compressed push), M by default."""
+    n, host = prof.model_bytes if nbytes is None else nbytes, host_bandwidth(cl)
     series = host_s is not None and not oversubscribed(prof, cl)
 
     def phase(idle: float) -> float:

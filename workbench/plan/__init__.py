@@ -24,13 +24,18 @@ splits them into CONV and FC workers)::
 
       sudo python -m workbench.plan cluster.nproc=3 --bandwidth loopback,emulated:100mbit,emulated:1gbit --verify
 - ``--latency``: per message on a link (default ``50us``); loopback uses the measured one.
-- ``--only``: paradigm labels or prefixes (``staleness`` selects every ``staleness/n=…``).
+- ``--only``: paradigm labels or prefixes (``staleness`` selects every ``staleness/n=…``; ``bmuf+``
+  every ``bmuf+<compressor>``, ``ps/sync+topk`` that one).
 - ``trainer=X`` among the overrides plans only X's variants, with your ``trainer.*`` keys.
 
 What it prints per (workers, bandwidth): rank, paradigm (the dashboards' label), predicted step
 time and samples/s, bytes per worker per step (rank 0, every meter category, sent), the bottleneck
 (compute, link, host codec, server), and a compressor's crossover (the link rate below which it
-beats ``sync``). ``--json FILE`` writes every row: ``paradigm, workers, bandwidth_bps,
+beats ``sync``; for a paradigm with a compressor on its own messages, ``ps/sync+topk``, the link
+rate below which it beats that paradigm dense). Beside each paradigm the planner ranks it with
+each of fp16, topk, efsignsgd and powersgd that can carry its messages (``bmuf+powersgd``,
+``stanza/n_f=1+fp16``); a profile that did not measure a compressor's codec on those messages
+plans the other rows and prints one line per row left out. ``--json FILE`` writes every row: ``paradigm, workers, bandwidth_bps,
 predicted_step_s, predicted_samples_per_s, predicted_bytes_per_step`` (bytes sent per worker per
 step), ``predicted_bytes_by_category``, ``bottleneck``, ``crossover_bps``, and with ``--verify``
 ``measured_step_s, measured_bytes_per_step, measured_bytes_by_category, error`` (predicted /

@@ -131,10 +131,12 @@ MAX_VARIANTS = 64  # per trainer: n-softsync has λ − 1 variants (Stanza: n_f)
 
 def _thin(vos: List[List[str]], keep: int = MAX_VARIANTS) -> List[List[str]]:
     """At most about ``keep`` of a trainer's variants: the 1st, 2nd, 4th, 8th, … and the last (for
-    n-softsync: n = 1, 2, 4, … and λ)."""
+    n-softsync: n = 1, 2, 4, … and λ); those with a compressor (``staleness/n=1+topk``) all kept."""
     if len(vos) <= keep:
         return vos
-    return [vos[i] for i in sorted({2 ** k - 1 for k in range(len(vos).bit_length()) if 2 ** k <= len(vos)} | {len(vos) - 1})]
+    comp = [v for v in vos if any(o.startswith("compressor") for o in v)]
+    vos = [v for v in vos if v not in comp]
+    return [vos[i] for i in sorted({2 ** k - 1 for k in range(len(vos).bit_length()) if 2 ** k <= len(vos)} | {len(vos) - 1})] + comp
 
 
 _COMPOSED: Dict[Tuple[str, ...], DictConfig] = {}
@@ -157,7 +159,9 @@ def _at_ranks(cfg: DictConfig, ranks: int) -> DictConfig:
 
 
 def _selected(label: str, only: Sequence[str]) -> bool:
-    return any(label == o or label.startswith(o + "/") for o in only)
+    """``label`` is one of ``only``, below one (``staleness`` selects ``staleness/n=2``), or one's
+    compressed rows where it ends in ``+`` (``bmuf+`` selects ``bmuf+powersgd``)."""
+    return any(label == o or label.startswith(o + "/") or (o.endswith("+") and label.startswith(o)) for o in only)
 
 
 def check_only(only: Sequence[str], labels: Sequence[str]) -> None:
@@ -230,14 +234,23 @@ def profile_loops(cfg, compressors: Dict[str, object], planned: Sequence = ()) -
 
 
 def predict_rows(prof: Profile, vs_by_workers: Dict[int, List[Variant]], bandwidths: Sequence[str],
-                 latency_s: float) -> List[dict]:
-    rows = []
+                 latency_s: float, notes: Optional[List[str]] = None) -> List[dict]:
+    """One row per workers × bandwidth × variant, ranked within each (workers, bandwidth). A
+    variant whose model needs a codec measurement the profile lacks (``MissingMeasurement``: a
+    profile older than the compressor's messages, or one that did not measure that compressor)
+    has no row; ``notes`` gets one line for it."""
+    from workbench.perfmodel.paradigms import MissingMeasurement
+    rows, missing = [], {}
     for w, vs in vs_by_workers.items():
         for bw in bandwidths:
             group = []
             for v in vs:
                 cl = cluster_for(v.cfg, prof, w, bw, latency_s)
-                p = v.model(prof, cl, **v.options)
+                try:
+                    p = v.model(prof, cl, **v.options)
+                except MissingMeasurement as e:
+                    missing.setdefault(v.label, e.args[0] if e.args else str(e))
+                    continue
                 group.append({"paradigm": v.label, "workers": w, "bandwidth": bw, "bandwidth_bps": bandwidth_bps(bw, prof),
                               "predicted_step_s": p.step_s, "predicted_samples_per_s": p.samples_per_s,
                               "predicted_bytes_per_step": p.bytes_sent,
@@ -248,6 +261,9 @@ def predict_rows(prof: Profile, vs_by_workers: Dict[int, List[Variant]], bandwid
             for i, r in enumerate(group, 1):
                 r["rank"] = i
             rows += group
+    if notes is not None:
+        notes += [f"{label}: not planned: {why} (python -m workbench.plan --refresh-profile measures it)"
+                  for label, why in missing.items()]
     return rows
 
 
@@ -342,11 +358,29 @@ def _plan_rows(overrides, bandwidths, workers, profile, speedup, latency, only, 
     if profile is None:
         loop = [w for w in workers if any(here(b) for b in bandwidths)]
         ranks = max([2, *loop])
-        comps = {v.cfg.compressor.name: v.cfg.compressor for w in vs for v in vs[w] if v.trainer == "compressed"}
+        hooked = {v.cfg.compressor.name: v.cfg.compressor for w in vs for v in vs[w] if v.trainer == "compressed"}
+        comps = {**_codecs_of([v.cfg for w in vs for v in vs[w]]), **hooked}
         from workbench.compress.codec_timing import measure_codecs
         profile = load_or_measure(base, ranks, comps, root=root or base.output_root, log=log, refresh=refresh,
-                                  codec_fn=measure_codecs, loop_fns=profile_loops(base, comps, [v.cfg for w in vs for v in vs[w]]))
+                                  codec_fn=measure_codecs, loop_fns=profile_loops(base, hooked, [v.cfg for w in vs for v in vs[w]]))
     if speedup != 1.0:
         profile = profile.with_speedup(speedup * profile.speedup)
-    return predict_rows(profile, vs, bandwidths, latency_s), (vs, profile)
+    notes: List[str] = []
+    rows = predict_rows(profile, vs, bandwidths, latency_s, notes)
+    for n in notes:
+        log(n)
+    return rows, (vs, profile)
+
+
+def _codecs_of(cfgs) -> Dict[str, object]:
+    """The codecs the planned configs compress with, by name (each message's key: the compressor,
+    a parameter server's pull, Stanza's activations), for the profile to measure."""
+    from workbench.compress.messages import Message, codec_config
+    out = {}
+    for c in cfgs:
+        for key in ("compressor.name", "compressor.pull", "compressor.activations"):
+            node = codec_config(c.get("compressor"), Message("gradient", "p2p", key=key)) if c.get("compressor") else None
+            if node is not None:
+                out.setdefault(str(node.name), node)
+    return out
 

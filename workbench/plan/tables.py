@@ -38,10 +38,11 @@ def table(rows: List[dict], prof: Profile) -> str:
         if verify_cols:
             head += "  | measured ms  error   bytes"
         out.append(head)
-        stanza = [r for r in rs if r["paradigm"].startswith("stanza/")]
+        stanza = [r for r in rs if r["paradigm"].startswith("stanza/") and "+" not in r["paradigm"]]  # its allocations
         best_stanza = max(stanza, key=lambda r: r["predicted_samples_per_s"])["paradigm"] if stanza else None
         for r in rs:
-            cross = _rate(r["crossover_bps"]) if r["paradigm"].startswith("compressed/") else ""
+            compressing = r["paradigm"].startswith("compressed/") or "+" in r["paradigm"]  # against its dense self
+            cross = _rate(r["crossover_bps"]) if compressing else ""
             name = r["paradigm"] + (" *" if r["paradigm"] == best_stanza and len(stanza) > 1 else "")
             line = (f"{r['rank']:>3}  {name:<22} {1e3 * r['predicted_step_s']:>9.2f} {r['predicted_samples_per_s']:>10.1f}  "
                     f"{r['bottleneck']:<10}  {cross:<12}  {_bytes(r['predicted_bytes_by_category'])}")

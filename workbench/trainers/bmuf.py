@@ -246,8 +246,22 @@ class LocalSGDTrainer(BMUFTrainer):
 
 
 def _bmuf_model(cfg):
+    from workbench.compress.codec_timing import codec_for
     from workbench.perfmodel import paradigms
+    delta = codec_for(cfg.get("compressor"))
+    if delta is not None:  # bmuf+<c> / local_sgd+<c>: the block's delta through the compressor
+        return paradigms.compressed_messages.bmuf, {"block": int(cfg.trainer.block), "delta": delta}
     return paradigms.bmuf, {"block": int(cfg.trainer.block)}
+
+
+def _block_variants(name: str, ranks: int) -> list:
+    """The trainer, and with each planned compressor that averages a delta by its collective (with
+    the start its bench settings give it: PowerSGD's start counts averaging rounds, which a short
+    verification never reaches at its default)."""
+    from workbench.compress.codec_timing import planned
+    return [[f"trainer={name}"]] + [[f"trainer={name}", f"compressor={c}",
+                                     *[o for o in COMPRESSORS[c].bench_overrides if o.startswith("compressor.start_iter=")]]
+                                    for c in planned(("delta", "collective"))]
 
 
 def _block_bytes(cfg, summary, shapes) -> float:
@@ -272,4 +286,4 @@ def _block_loops(cfg) -> dict:
 
 for _name in ("bmuf", "local_sgd"):  # local SGD is BMUF with eta = 0, zeta = 1: the same model and loop
     declare(ParadigmSpec(_name, perf_model=_bmuf_model, profile_loops=_block_loops, analytic_bytes=_block_bytes,
-                         plan_variants=lambda ranks, n=_name: [[f"trainer={n}"]]))
+                         plan_variants=lambda ranks, n=_name: _block_variants(n, ranks)))

@@ -271,10 +271,22 @@ class EASGDTrainer(PSTrainer):
 
 
 def _easgd_model(cfg):
+    from workbench.compress.codec_timing import codec_for
     from workbench.perfmodel import paradigms
     t = cfg.trainer
-    return paradigms.easgd, {"servers": int(t.num_servers), "period": int(t.period), "sync": t.mode == "sync"}
+    opts = {"servers": int(t.num_servers), "period": int(t.period), "sync": t.mode == "sync"}
+    push = codec_for(cfg.get("compressor"))
+    if push is not None:  # easgd/<mode>+<c>: the elastic difference compressed
+        return paradigms.compressed_messages.easgd, {**opts, "push": push}
+    return paradigms.easgd, opts
 
 
-declare(ParadigmSpec("easgd", perf_model=_easgd_model, smoke_overrides=smoke_overrides,
-                     plan_variants=lambda ranks: [["trainer=easgd"]] if ranks >= 2 else []))
+def _easgd_variants(ranks: int) -> list:
+    """EASGD, and with each planned compressor that carries a delta point to point."""
+    from workbench.compress.codec_timing import planned
+    if ranks < 2:
+        return []
+    return [["trainer=easgd"]] + [["trainer=easgd", f"compressor={c}"] for c in planned(("delta", "p2p"))]
+
+
+declare(ParadigmSpec("easgd", perf_model=_easgd_model, smoke_overrides=smoke_overrides, plan_variants=_easgd_variants))

@@ -123,13 +123,25 @@ def push_pull_bytes(cfg, summary, shapes) -> float:
 
 
 def _ps_model(cfg):
+    from workbench.compress.codec_timing import codec_for
     from workbench.perfmodel import paradigms
     t = cfg.trainer
+    push, pull = codec_for(cfg.get("compressor")), codec_for(cfg.get("compressor"), "compressor.pull")
+    if push is not None or pull is not None:  # ps/<mode>+<c>: the push (and pull) compressed
+        cm = paradigms.compressed_messages
+        return (cm.ps_sync if t.mode == "sync" else cm.ps_async), {"servers": int(t.num_servers), "push": push, "pull": pull}
     return (paradigms.ps_sync if t.mode == "sync" else paradigms.ps_async), {"servers": int(t.num_servers)}
+
+
+def _ps_variants(ranks: int) -> list:
+    """ps/sync, ps/async, and each with the planned compressors that push gradients point to point."""
+    from workbench.compress.codec_timing import planned
+    modes = [["trainer=ps", f"trainer.mode={m}"] for m in ("sync", "async")] if ranks >= 2 else []
+    return modes + [[*m, f"compressor={c}"] for m in modes for c in planned(("gradient", "p2p"))]
 
 
 declare(ParadigmSpec(
     "ps", perf_model=_ps_model, analytic_bytes=push_pull_bytes, smoke_overrides=smoke_overrides,
-    plan_variants=lambda ranks: [["trainer=ps", f"trainer.mode={m}"] for m in ("sync", "async")] if ranks >= 2 else [],
+    plan_variants=_ps_variants,
     bench_variants=lambda workers: [("ps sync (1 server)", ["trainer=ps", "trainer.mode=sync",
                                                             f"cluster.nproc={workers + 1}"])]))

@@ -86,14 +86,25 @@ def _label(get) -> str:
 
 
 def _staleness_model(cfg):
+    from workbench.compress.codec_timing import codec_for
     from workbench.perfmodel import paradigms
     t = cfg.trainer
-    return paradigms.staleness, {"servers": int(t.num_servers), "n": int(t.n), "hardsync": t.protocol == "hardsync"}
+    opts = {"servers": int(t.num_servers), "n": int(t.n), "hardsync": t.protocol == "hardsync"}
+    push, pull = codec_for(cfg.get("compressor")), codec_for(cfg.get("compressor"), "compressor.pull")
+    if push is not None or pull is not None:  # staleness/n=<n>+<c>
+        return paradigms.compressed_messages.staleness, {**opts, "push": push, "pull": pull}
+    return paradigms.staleness, opts
+
+
+def _staleness_variants(ranks: int) -> list:
+    """n-softsync for n = 1 … λ (hardsync is ps/sync's model and bytes: planned once, as ps/sync),
+    and n = 1 with each planned compressor that pushes gradients point to point."""
+    from workbench.compress.codec_timing import planned
+    soft = [["trainer=staleness", "trainer.protocol=softsync", f"trainer.n={n}"] for n in range(1, ranks)]
+    return soft + [[*soft[0], f"compressor={c}"] for c in planned(("gradient", "p2p"))] if soft else []
 
 
 declare(ParadigmSpec(
     "staleness", label=_label, perf_model=_staleness_model, smoke_overrides=smoke_overrides,
     analytic_bytes=push_pull_bytes,  # one push per worker step, whatever the protocol
-    # hardsync is ps/sync's model and bytes: planned once, as ps/sync
-    plan_variants=lambda ranks: [["trainer=staleness", "trainer.protocol=softsync", f"trainer.n={n}"]
-                                 for n in range(1, ranks)]))
+    plan_variants=_staleness_variants))

@@ -430,13 +430,26 @@ def _features_shapes(cfg) -> List[tuple]:
 
 
 def _stanza_model(cfg):
+    from workbench.compress.codec_timing import codec_for
     from workbench.perfmodel import paradigms
+    grad, act = codec_for(cfg.get("compressor")), codec_for(cfg.get("compressor"), "compressor.activations")
+    if grad is not None:  # stanza/n_f=<k>+<c>: the CONV ring, and the activations unless activations=none
+        return paradigms.compressed_messages.stanza, {"fc_workers": int(fixed_fc_workers(cfg)), "grad": grad, "act": act}
     return paradigms.stanza, {"fc_workers": int(fixed_fc_workers(cfg))}
+
+
+def _stanza_variants(ranks: int) -> list:
+    """n_f = 1 … ranks − 1, and n_f = 1 with each planned compressor that carries the CONV group's
+    gradients by its collective and the activations point to point (``compressor.activations=same``)."""
+    from workbench.compress.codec_timing import planned
+    split = [["trainer=stanza", f"trainer.fc_workers={k}"] for k in range(1, ranks)]
+    both = planned(("gradient", "collective"), ("activation", "p2p"))
+    return split + [[*split[0], f"compressor={c}"] for c in both] if split else []
 
 
 declare(ParadigmSpec(
     "stanza", label=_label, perf_model=_stanza_model, analytic_bytes=_conv_worker_bytes,
-    plan_variants=lambda ranks: [["trainer=stanza", f"trainer.fc_workers={k}"] for k in range(1, ranks)],
+    plan_variants=_stanza_variants,
     bench_variants=lambda workers: [(f"stanza {workers - 1} CONV + 1 FC (a CONV worker)",
                                      ["trainer=stanza", "trainer.fc_workers=1", f"cluster.nproc={workers}"])],
     smoke_overrides=lambda nproc: ["cluster.nproc=2"] if nproc < 2 else []))  # one CONV rank and one FC rank at least

@@ -14,6 +14,7 @@ paradigm                    function                            file
 ``easgd``                   :func:`easgd`                       ``paradigms/averaging.py``
 ``bmuf`` / ``local_sgd``    :func:`bmuf`                        ``paradigms/averaging.py``
 ``stanza/n_f=k``            :func:`stanza`                      ``paradigms/stanza_schedule.py``
+``<paradigm>+<c>``          ``compressed_messages.<paradigm>``  ``paradigms/compressed_messages.py``
 ==========================  ==================================  ===========================
 
 Symbols (docs/planner.md has the derivations): b per-worker batch, C_k = b·(t_c(k) + t_f(k)) the
@@ -35,7 +36,9 @@ from typing import Callable, Dict
 from workbench.perfmodel.cluster import (HEADER_BYTES, Cluster, Prediction, bucket_ready,  # noqa: F401
                                          exposed_after_backward)
 from workbench.perfmodel.loopback import ddp_overhead_s, loop_link, oversubscribed, ps_loop_s  # noqa: F401
+from workbench.perfmodel.paradigms import compressed_messages  # noqa: F401
 from workbench.perfmodel.paradigms.averaging import bmuf, easgd
+from workbench.perfmodel.paradigms.compressed_messages import MessageCodec, MissingMeasurement  # noqa: F401
 from workbench.perfmodel.paradigms.dp import compressed, crossover_bps, sync
 from workbench.perfmodel.paradigms.ps import ps_async, ps_sync, staleness
 from workbench.perfmodel.paradigms.stanza_schedule import stanza, stanza_inputs  # noqa: F401

@@ -18,6 +18,7 @@ from workbench.perfmodel import collectives as C
 from workbench.perfmodel import testbed
 from workbench.perfmodel.cluster import (Cluster, Prediction, bucket_ready, cat, dominant, exposed_after_backward,
                                          line_s, worker_compute)
+from workbench.perfmodel.paradigms.compressed_messages import MissingMeasurement
 from workbench.perfmodel.profile.schema import Profile
 
 
@@ -83,7 +84,7 @@ def compressed(prof: Profile, cl: Cluster, compressor: str) -> Prediction:
     """DDP with a compressor on its buckets (``trainer=compressed``); with the crossover: the link
     rate below which it beats ``sync`` on ``cl.ranks`` ranks one per host."""
     if compressor not in prof.codecs:
-        raise KeyError(f"the profile has no codec measurement of compressor {compressor!r}")
+        raise MissingMeasurement(f"the profile has no codec measurement of compressor {compressor!r}")
     pred = _dp(prof, cl, compressor)
     pred.crossover_bps = crossover_bps(prof, cl, compressor)
     return pred

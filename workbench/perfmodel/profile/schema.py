@@ -21,7 +21,11 @@ A :class:`Profile` holds, for one model, data shape and per-worker batch, measur
   collective, meter category: exact, they are the bytes the meter will count) and its encode+decode
   seconds, measured by :func:`workbench.compress.codec_timing.measure_codecs` (handed in by the
   caller): ``codec_s`` on rank 0 alone, ``codec_shared_s`` with every rank encoding at once, as a
-  run's hooks do (:meth:`Profile.codec_s`).
+  run's hooks do (:meth:`Profile.codec_s`); from version 14 each codec also holds the messages of
+  the other paradigms (``measure_messages``): ``delta`` and ``conv``, its reduce on the whole
+  model and on the conv part as one flat tensor, and ``p2p``, its point-to-point send and receive
+  on a few sizes (:meth:`Profile.p2p_codec_s`, :meth:`Profile.message_codec_s`); a profile without
+  them plans no compressed row that needs them.
 
 How they are measured: :mod:`workbench.perfmodel.profile.measure` (the timing loops) and
 :mod:`workbench.perfmodel.profile.spawn` (starting the ranks). What each version changed:
@@ -38,7 +42,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-PROFILE_VERSION = 13  # what a profile holds and how it is timed; a cached profile of another version is measured again
+PROFILE_VERSION = 14  # what a profile holds and how it is timed; a cached profile of another version is measured again
 PROFILE_READABLE = 11  # the oldest version whose fields today's model reads: 12 changed how loops are timed, not
 # what a profile holds, so a round stored with its version-11 profile is still scored from it (``bench crossover``)
 
@@ -137,6 +141,32 @@ class Profile:
             return together[i] * self.host_slowdown(k) / self.host_slowdown(self.ranks) / self.speedup
         return c["codec_s"][i] * self.host_slowdown(k) / self.speedup
 
+    def message_codec_s(self, compressor: str, part: str, k: int, shares_cores: bool) -> Optional[float]:
+        """Seconds of ``compressor``'s reduce on one flat tensor of ``part`` ("delta": the whole
+        model, "conv": the conv part), measured on rank 0 alone, slowed as the compute is with
+        ``k`` ranks on one host; None where the profile did not measure it (before version 14)."""
+        m = self.codecs.get(compressor, {}).get(part)
+        if m is None:
+            return None
+        return m["codec_s"] * (self.host_slowdown(k) if shares_cores else 1.0) / self.speedup
+
+    def p2p_codec_s(self, compressor: str, numel: float, k: int, shares_cores: bool) -> Optional[Tuple[float, float]]:
+        """(send, receive) seconds of ``compressor`` point to point on a flat tensor of ``numel``
+        elements: linear between the measured sizes, the smallest's time below them, scaled by size
+        above; slowed as the compute is with ``k`` ranks on one host; None where the profile did
+        not measure it (before version 14, or a compressor that sends no point-to-point message)."""
+        pts = sorted(self.codecs.get(compressor, {}).get("p2p") or [], key=lambda q: q["numel"])
+        if not pts:
+            return None
+        slow = (self.host_slowdown(k) if shares_cores else 1.0) / self.speedup
+
+        def at(key: str) -> float:
+            for a, b in zip(pts, pts[1:]):
+                if a["numel"] <= numel <= b["numel"]:
+                    return a[key] + (b[key] - a[key]) * (numel - a["numel"]) / max(b["numel"] - a["numel"], 1)
+            return pts[0][key] if numel < pts[0]["numel"] else pts[-1][key] * numel / pts[-1]["numel"]
+        return at("send_s") * slow, at("receive_s") * slow
+
     def beyond_step_s(self, loop: str) -> Optional[float]:
         """What the loop ``loop`` (``Profile.loops``) takes per period beyond the same loop of the
         step with a one-float all-reduce (``loops["aligned"]``; a profile without it: beyond the
@@ -195,6 +225,11 @@ class Profile:
             for key in ("codec_s", "codec_shared_s"):
                 if key in c:
                     c[key] = list(times(c[key]))
+            for part in ("delta", "conv"):
+                if part in c:
+                    c[part]["codec_s"] *= ratio
+            for q in c.get("p2p", ()):
+                q["send_s"], q["receive_s"] = q["send_s"] * ratio, q["receive_s"] * ratio
         p.machine = {**p.machine, "drift": p.machine.get("drift", 1.0) * ratio}
         return p
 

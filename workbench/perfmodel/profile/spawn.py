@@ -105,7 +105,7 @@ def _profile_rank(rank: int, world: int, cfg, compressors, codec_fn, loop_fns, s
             share = R.forward_share(model, x, y, steps)
         if codec_fn is not None:
             with progress.stage("codecs alone"):
-                codecs = codec_fn(buckets, compressors, world)
+                codecs = codec_fn(buckets, compressors, world, messages=_message_sizes(model, spec, b))
     if codec_fn is not None and world > 1:
         with progress.stage("codecs with every rank"):
             R.shared_codecs(codecs, buckets, compressors, codec_fn, world, rank)
@@ -120,6 +120,17 @@ def _profile_rank(rank: int, world: int, cfg, compressors, codec_fn, loop_fns, s
             "boundary": model.boundary_size(spec), "params_conv": counts["features"],
             "params_fc": counts["classifier"], "param_shapes": [tuple(p.shape) for p in model.parameters()],
             "threads": torch.get_num_threads()}
+
+
+def _message_sizes(model, spec, b: int) -> dict:
+    """The messages other paradigms compress, for ``codec_fn(messages=…)``: the parameters' shapes
+    (BMUF's delta, a parameter server's shards: one server's whole model and a quarter of it, the
+    sizes between and below read by interpolation), the conv part's tensors (Stanza's CONV group)
+    and one batch's activations at the conv/FC boundary (Stanza's point-to-point message)."""
+    shapes = [tuple(p.shape) for p in model.parameters()]
+    total = sum(p.numel() for p in model.parameters())
+    return {"shapes": shapes, "conv_tensors": len(list(model.features.parameters())),
+            "p2p_sizes": [total, total // 4, b * model.boundary_size(spec)]}
 
 
 def _timed_collectives(model, x, y, cap: float, meter, make_optimizer, loop_fns, items, world: int,
