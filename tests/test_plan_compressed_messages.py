@@ -255,15 +255,16 @@ def test_only_selects_a_paradigms_compressed_rows_by_its_label_and_plus():
 
 
 def test_the_payload_links_are_the_dense_ones_when_nothing_is_compressed():
+    from workbench.perfmodel.paradigms import payload_links as pl
     from workbench.perfmodel.queueing import LineLink
     from workbench.perfmodel.shaper import ShapedLink
     prof = synthetic_profile(machine={"cores": 2})
     m = prof.model_bytes
-    same = cm._Push(m, m, 0.0, 0.0)
+    same = pl.Push(m, m, 0.0, 0.0)
     line = Cluster(3, 1.25e8, 5e-5)
     shaped = Cluster(3, 2e7, 5e-5, shaper_rate=2.5e7, shaper_burst=1e5, cores_shared=True, host_bandwidth=1e9)
-    for dense, payload, cl in ((LineLink(prof, line, 1), cm.PayloadLink(prof, line, 1, same), line),
-                               (ShapedLink(prof, shaped, 1), cm.PayloadShapedLink(prof, shaped, 1, same), shaped)):
+    for dense, payload, cl in ((LineLink(prof, line, 1), pl.PayloadLink(prof, line, 1, same), line),
+                               (ShapedLink(prof, shaped, 1), pl.PayloadShapedLink(prof, shaped, 1, same), shaped)):
         for idle in (0.0, 1e-3, 1.0):
             assert payload.exchange(1e-2, 1e-4, idle) == pytest.approx(dense.exchange(1e-2, 1e-4, idle))
             assert payload.service(idle) == pytest.approx(dense.service(idle))

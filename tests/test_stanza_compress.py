@@ -22,7 +22,8 @@ from workbench.trainers.base import build_optimizer, lr_at, seed_everything
 from workbench.compress import COMPRESSORS
 from workbench.config import ConfigError
 from workbench.perfmodel import stanza as pm
-from workbench.trainers.stanza import _conv_worker_bytes, conv_worker_bytes
+from workbench.trainers.stanza import _conv_worker_bytes
+from workbench.trainers.stanza_messages import conv_worker_bytes
 from workbench.trainers.stanza_messages import BACKWARD, FORWARD, Link
 
 STEPS = 3

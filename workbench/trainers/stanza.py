@@ -404,29 +404,9 @@ def _label(get) -> str:
     return f"stanza/n_f={int(n_f)}" if n_f is not None and not _auto(n_f) else qualified("stanza", get)
 
 
-def conv_worker_bytes(cfg, summary) -> Dict[str, Dict[str, float]]:
-    """A CONV worker's bytes per step by category: the conv part's all-reduce among the CONV workers
-    (a ring, or the compressor's collective over DDP's buckets), plus its boundary activations and
-    their gradients, one :meth:`Compressor.payload_bytes` each under a codec
-    (:func:`workbench.perfmodel.stanza.stanza_conv_worker_bytes`)."""
-    st, b = summary["stanza"], summary["batch_per_worker"]
-    comp, a, n_c = cfg.get("compressor"), st["boundary_floats"], st["conv_workers"]
-    ar = None
-    if st.get("conv_buckets") is not None:
-        ar = sm.allreduce_sent_bytes(comp, _features_shapes(cfg), st["conv_buckets"], n_c)
-    return pm.stanza_conv_worker_bytes(st["params"]["features"], a, b, n_c, act_bytes=sm.activation_bytes(comp, a * b),
-                                       allreduce_bytes=ar)
-
-
 def _conv_worker_bytes(cfg, summary, shapes) -> float:
-    return pm.total(conv_worker_bytes(cfg, summary), "sent")
-
-
-def _features_shapes(cfg) -> List[tuple]:
-    """The CONV part's parameter shapes, in DDP's parameter order (built on the meta device)."""
-    spec = data_mod.DATASETS[cfg.data.name].spec(cfg.data)
-    with torch.device("meta"):
-        return [tuple(p.shape) for p in MODELS[cfg.model.name].build(spec, cfg.model).features.parameters()]
+    """A CONV worker's bytes sent per step (:func:`stanza_messages.conv_worker_bytes`)."""
+    return pm.total(sm.conv_worker_bytes(cfg, summary), "sent")
 
 
 def _stanza_model(cfg):

@@ -21,15 +21,18 @@ The meter's categories stay Stanza's (``activations``, ``activation_grads``, ``a
 bytes they count are the payloads on the wire.
 """
 import copy
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import torch
 import torch.distributed as dist
 
+from workbench import data as data_mod
 from workbench.compress import COMPRESSORS
 from workbench.compress.base import BucketInfo
 from workbench.compress.hook import Channel, CompressionHookState, compression_hook
 from workbench.compress.messages import Message, build_codec, codec_config, codec_name  # noqa: F401  (stanza.py)
+from workbench.models import MODELS
+from workbench.perfmodel import stanza as pm
 
 ALLREDUCE = Message("gradient", "collective", what="the CONV group's all-reduce")
 ACTIVATIONS = Message("activation", "p2p", key="compressor.activations", what="Stanza's activations")
@@ -145,3 +148,24 @@ def allreduce_sent_bytes(comp, shapes, buckets: List[int], n_c: int) -> Optional
         return None
     cls = COMPRESSORS[node.name]
     return cls.sent_bytes(cls.payload_bytes_of_shapes(node, shapes, buckets), len(buckets), n_c)
+
+
+def conv_worker_bytes(cfg, summary) -> Dict[str, Dict[str, float]]:
+    """A CONV worker's bytes per step by category: the conv part's all-reduce among the CONV workers
+    (a ring, or the compressor's collective over DDP's buckets), plus its boundary activations and
+    their gradients, one :meth:`Compressor.payload_bytes` each under a codec
+    (:func:`workbench.perfmodel.stanza.stanza_conv_worker_bytes`)."""
+    st, b = summary["stanza"], summary["batch_per_worker"]
+    comp, a, n_c = cfg.get("compressor"), st["boundary_floats"], st["conv_workers"]
+    ar = None
+    if st.get("conv_buckets") is not None:
+        ar = allreduce_sent_bytes(comp, _features_shapes(cfg), st["conv_buckets"], n_c)
+    return pm.stanza_conv_worker_bytes(st["params"]["features"], a, b, n_c, act_bytes=activation_bytes(comp, a * b),
+                                       allreduce_bytes=ar)
+
+
+def _features_shapes(cfg) -> List[tuple]:
+    """The CONV part's parameter shapes, in DDP's parameter order (built on the meta device)."""
+    spec = data_mod.DATASETS[cfg.data.name].spec(cfg.data)
+    with torch.device("meta"):
+        return [tuple(p.shape) for p in MODELS[cfg.model.name].build(spec, cfg.model).features.parameters()]

@@ -12,47 +12,15 @@ built with world 1 on a flat tensor (``Profile.p2p_codec_s``, linear between the
 and ``reduce`` on the whole model or its conv part (``Profile.message_codec_s``). A profile without
 that measurement raises :class:`MissingMeasurement` and the planner leaves the row out with a note.
 
-With P_s the payload of server s's shard (the shards are the parameter server's: whole tensors,
-longest first to the lightest server), P = Σ_s P_s, M the model's bytes, W workers, S servers,
-enc(n) / dec(n) the codec's send / receive on n elements, AR / AG / PS the collectives' times
-(:mod:`workbench.perfmodel.collectives`):
-
-- ``ps/sync+c`` (a worker's gradient push point to point, per shard, error feedback per shard; the
-  pull dense unless ``compressor.pull``): T = C_W + Σ_s enc(n_s) + PS(P, W, S) + W·max_s dec(n_s)
-  + U/S + PS(M, W, S) + book; with a compressed pull, the pull's payload instead of M and the
-  server's W·max_s enc(n_s) and the worker's Σ_s dec(n_s) on top. Bytes: ``grad_push`` P,
-  ``param_pull`` M (or its payload), ``ps_control`` 32·S each way.
-- ``ps/async+c``, ``staleness/n=<n>+c``: ``ps/async``'s closed queue (``queueing.closed_loop``)
-  with a worker's exchange PS(P, 1, S) + PS(M, 1, S) + Σ_s enc(n_s) and a server's service
-  2α + P/(Sβ) + max(0, M/S − B)/β + max_s dec(n_s) (the pull's codec likewise where it is
-  compressed).
-- ``easgd/<mode>+c`` (the elastic difference x_i − x̃ point to point, the centre back dense):
-  the same exchange every τ steps (``param_push`` P, ``param_pull`` M, ``ps_control`` the protocol's
-  32-byte headers and each shard's 16-byte length header), mode=sync
-  T = C_W + U + book + (Σ_s enc(n_s) + PS(P, W, S) + W·max_s dec(n_s) + PS(M, W, S) + U/S)/τ.
-- ``bmuf+c`` / ``local_sgd+c`` (the block's averaged delta through the compressor's reduce):
-  T = C_p + U + book + (X + codec_Δ + U)/B, X the compressor's collectives of the whole model's
-  delta (each message the profile recorded, on the α-β line: AR(n, p), or AG's sizes then payloads),
-  codec_Δ its reduce on the whole model. Bytes per step: the compressor's category,
-  ``Compressor.sent_bytes`` of P = Σ_b payload(bucket b) over the averager's buckets (whole
-  parameters, 25 MiB of float32 each): 2(p−1)P/p (all-reduce) or (p−1)(P + 8·buckets)
-  (all-gather), over B.
-- ``stanza/n_f=<k>+c`` (the CONV group's gradient all-reduce through the compressor; the
-  activations and their gradients through ``compressor.activations``): Stanza's schedule
-  (``perfmodel.stanza.parts`` / ``assemble``, behind the emulated links
-  ``shaper.stanza_behind_shaper``) on the payloads: each transfer 2α + A_c/β + enc(ba) + dec(ba),
-  A_c the activation payload of one batch of b·a floats, and the CONV ring the compressor's
-  collective of P_c, the payloads of the CONV group's DDP buckets (an all-gather as the ring of the
-  same bytes, n_c(P_c + 8·buckets)/2), plus its reduce's codec on the conv part; behind the
-  buckets the codecs in series, the CONV group's and (1 + pieces)·(enc + dec). Bytes:
-  ``allreduce_conv`` ``Compressor.sent_bytes`` of P_c over those buckets, ``activations`` A_c
-  sent, ``activation_grads`` A_c received.
+Each paradigm's formula, with P_s the payload of server s's shard, P = Σ_s P_s, M the model's
+bytes and enc(n) / dec(n) the codec's send / receive on n elements, is in ``docs/planner.md``
+("Paradigms with a compressor on their messages") and in each model's docstring below.
 
 Where the rows are this machine: on loopback the links are the in-loop line (``loopback.loop_link``,
 fitted to the parameter server's own loops, what the dense asynchronous rows and Stanza use), and
 synchronous compute is the lockstep span. Behind the emulated links the asynchronous exchanges pass
 the token buckets as the dense ones do, each direction with its own bytes
-(:class:`PayloadShapedLink`), and hardsync's push and pull are each a phase behind the buckets
+(``payload_links.PayloadShapedLink``), and hardsync's push and pull are each a phase behind the buckets
 (``shaper.ps_phase_s`` with the payload). The loops the dense rows take on this host hold the dense
 message; these rows take them less what the dense message cost there and plus the payload's: on
 loopback hardsync's exchange is the hardsync loop's, less 2·PS(M) and plus PS(P) + PS(M) on the
@@ -71,21 +39,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from workbench.perfmodel import collectives as C
 from workbench.perfmodel import stanza as st
-from workbench.perfmodel.cluster import HEADER_BYTES, Cluster, Prediction, cat, dominant, line_s, worker_compute
+from workbench.perfmodel.cluster import Cluster, Prediction, cat, dominant, line_s, worker_compute
 from workbench.perfmodel import testbed
-from workbench.perfmodel.loopback import collective_s, loop_link, profiled_ranks_here, ps_loop_s
+from workbench.perfmodel.loopback import collective_s, profiled_ranks_here
 from workbench.perfmodel.paradigms import averaging as dense_avg
 from workbench.perfmodel.paradigms import ps as dense_ps
 from workbench.perfmodel.paradigms import stanza_schedule as dense_stanza
 from workbench.perfmodel.paradigms.ps import workers_of
+from workbench.perfmodel.paradigms.payload_links import Push, async_link, p2p_line, ps_bytes, sync_xfer
 from workbench.perfmodel.paradigms.stanza_schedule import stanza_inputs
 from workbench.perfmodel.profile.schema import Profile
-from workbench.perfmodel.queueing import LineLink, closed_loop
-from workbench.perfmodel.shaper import ShapedLink, behind_shaper_s, conv_bucket_numels, ps_phase_s, shaper_delay_s
+from workbench.perfmodel.queueing import closed_loop
+from workbench.perfmodel.shaper import conv_bucket_numels
 
 Shape = Tuple[int, ...]
 LENGTH_HEADER_BYTES = 16  # a point-to-point payload's element count and dtype (``compress.delta.send_payload``)
@@ -184,18 +153,8 @@ def _p2p(prof: Profile, codec: MessageCodec, numel: float, k: int, shares_cores:
     return got
 
 
-@dataclass(frozen=True)
-class _Push:
-    """A worker's exchange with the servers, per shard: bytes each way and the codecs' seconds."""
-
-    push: float  # bytes a worker sends (all shards)
-    pull: float  # bytes it receives
-    worker_s: float  # the worker's encode (and decode of a compressed pull), every shard
-    server_s: float  # one exchange's decode (and encode) on the busiest server
-
-
-def _exchange(prof: Profile, cl: Cluster, servers: int, push: MessageCodec, pull: Optional[MessageCodec],
-              computing: int) -> _Push:
+def exchange(prof: Profile, cl: Cluster, servers: int, push: MessageCodec, pull: Optional[MessageCodec],
+              computing: int) -> Push:
     parts = shards(prof.param_shapes, servers)
     numels = [sum(math.prod(s) for s in part) for part in parts]
     k = cl.concurrency(computing)
@@ -208,83 +167,7 @@ def _exchange(prof: Profile, cl: Cluster, servers: int, push: MessageCodec, pull
         in_b = sum(pull.payload(part) for part in parts)
         worker += sum(d for _, d in back)
         server += max(e for e, _ in back)
-    return _Push(out_b, in_b, worker, server)
-
-
-def _ps_bytes(x: _Push, servers: int, push_cat: str = "grad_push", every: int = 1) -> Dict[str, Dict[str, float]]:
-    return {push_cat: cat(x.push / every, 0), "param_pull": cat(0, x.pull / every),
-            "ps_control": cat(HEADER_BYTES * servers / every, HEADER_BYTES * servers / every)}
-
-
-def _line(prof: Profile, cl: Cluster, servers: int) -> Cluster:
-    """The line a point-to-point message takes: on loopback at the profiled ranks the in-loop line,
-    elsewhere the cluster's own (behind the emulated links: the host's stack and the rate in series)."""
-    return loop_link(prof, cl, servers) if cl.shared_host else cl
-
-
-class PayloadLink(LineLink):
-    """:class:`~workbench.perfmodel.queueing.LineLink` with the compressed push (and pull) and the
-    codecs: a worker's exchange PS(push) + PS(pull) + its codecs, a server's service
-    2α + push/(Sβ) + max(0, pull/S − B)/β + its codecs."""
-
-    def __init__(self, prof: Profile, cl: Cluster, servers: int, x: _Push) -> None:
-        super().__init__(prof, cl, servers)
-        self.x = x
-
-    def exchange(self, local: float, per_update: float, server_idle: float) -> float:
-        cl, x, s = self.cl, self.x, self.servers
-        return (C.ps_transfer_time(x.push, 1, s, cl.bandwidth, cl.latency)
-                + C.ps_transfer_time(x.pull, 1, s, cl.bandwidth, cl.latency) + x.worker_s)
-
-    def service(self, server_idle: float) -> float:
-        cl, x, s = self.cl, self.x, self.servers
-        return (C.PS_MESSAGES * cl.latency + x.push / (s * cl.bandwidth)
-                + max(0.0, x.pull / s - C.SEND_BUFFER) / cl.bandwidth + x.server_s)
-
-
-class PayloadShapedLink(ShapedLink):
-    """:class:`~workbench.perfmodel.shaper.ShapedLink` (the asynchronous exchange behind the emulated
-    links' token buckets) with the compressed push and the pull each behind its own wait, and the
-    codecs; with push = pull = M and no codec it is the dense link."""
-
-    def __init__(self, prof: Profile, cl: Cluster, servers: int, x: _Push) -> None:
-        super().__init__(prof, cl, servers)
-        self.x = x
-
-    def _exchange(self, worker_idle: float, server_idle: float) -> float:
-        cl, x, s = self.cl, self.x, self.servers
-        way = lambda n: behind_shaper_s(cl, self.floor, n, max(shaper_delay_s(cl, n, worker_idle),  # noqa: E731
-                                                               shaper_delay_s(cl, n / s, server_idle)), self.series)
-        return way(x.push) + way(x.pull) + x.worker_s
-
-    def service(self, server_idle: float) -> float:
-        cl, x, s = self.cl, self.x, self.servers
-        wait = shaper_delay_s(cl, x.push / s, server_idle) + max(0.0, x.pull / s - C.SEND_BUFFER) / cl.shaper_rate
-        return behind_shaper_s(cl, self.floor, x.push / s, wait, self.series) + x.server_s
-
-
-def _link(prof: Profile, cl: Cluster, servers: int, x: _Push):
-    """The asynchronous exchange's link: behind the emulated links the token buckets
-    (:class:`PayloadShapedLink`), elsewhere the line (:func:`_line`)."""
-    if cl.shaper_rate > 0:
-        return cl, PayloadShapedLink(prof, cl, servers, x)
-    line = _line(prof, cl, servers)
-    return line, PayloadLink(prof, line, servers, x)
-
-
-def _sync_xfer(prof: Profile, cl: Cluster, w: int, servers: int, x: _Push, busy: float) -> float:
-    """Hardsync's push and pull: behind the emulated links each a phase behind the token buckets
-    (``shaper.ps_phase_s`` with the payload, on the idle stack's line: the hardsync loop's host part
-    holds the dense message), elsewhere on the line."""
-    if cl.shaper_rate > 0:
-        return ps_phase_s(prof, cl, w, servers, busy, None, x.push) + ps_phase_s(prof, cl, w, servers, busy, None, x.pull)
-    line = _line(prof, cl, servers)
-    on_line = lambda n: C.ps_transfer_time(n, w, servers, line.bandwidth, line.latency)  # noqa: E731
-    loop = ps_loop_s(prof, cl, "sync", servers)
-    if loop is not None:  # loopback at the profiled ranks: the hardsync loop, less what the payloads save on the in-loop line
-        dense = max(0.0, loop - prof.sync_compute_s(w) - prof.update_s() / servers)
-        return max(0.0, dense - 2 * on_line(prof.model_bytes) + on_line(x.push) + on_line(x.pull))
-    return on_line(x.push) + on_line(x.pull)
+    return Push(out_b, in_b, worker, server)
 
 
 def _ps_sync(prof: Profile, cl: Cluster, servers: int = 1, push: MessageCodec = None,
@@ -293,26 +176,26 @@ def _ps_sync(prof: Profile, cl: Cluster, servers: int = 1, push: MessageCodec = 
     one update, every worker pulls."""
     w = workers_of(cl, servers)
     comp = max(worker_compute(prof, cl, w, lockstep=True))
-    x = _exchange(prof, cl, servers, push, pull, w)
+    x = exchange(prof, cl, servers, push, pull, w)
     apply = prof.update_s() / servers
     codec = x.worker_s + w * x.server_s
-    xfer = _sync_xfer(prof, cl, w, servers, x, comp + codec + apply)
+    xfer = sync_xfer(prof, cl, w, servers, x, comp + codec + apply)
     book = prof.bookkeeping_s()
     step = comp + codec + xfer + apply + book
     terms = {"compute": comp, "codec": codec, "push_pull": xfer, "server_apply": apply, "bookkeeping": book}
     kinds = {"compute": "compute", "codec": "host codec", "push_pull": "server" if w > servers else "link",
              "server_apply": "server", "bookkeeping": "compute"}
-    return Prediction(step, w * prof.batch / step, _ps_bytes(x, servers), dominant(terms, kinds), terms)
+    return Prediction(step, w * prof.batch / step, ps_bytes(x, servers), dominant(terms, kinds), terms)
 
 
 def _ps_async(prof: Profile, cl: Cluster, servers: int = 1, c: int = 1, push: MessageCodec = None,
              pull: Optional[MessageCodec] = None) -> Prediction:
     """Asynchronous (c = 1) or n-softsync (c gradients per update) with a compressed push."""
     w = workers_of(cl, servers)
-    x = _exchange(prof, cl, servers, push, pull, w)
-    line, link = _link(prof, cl, servers, x)
-    return closed_loop(prof, line, link, w, 1, False,
-                       prof.update_s() / (servers * max(1, c)), _ps_bytes(x, servers), prof.bookkeeping_s())
+    x = exchange(prof, cl, servers, push, pull, w)
+    line, lk = async_link(prof, cl, servers, x)
+    return closed_loop(prof, line, lk, w, 1, False,
+                       prof.update_s() / (servers * max(1, c)), ps_bytes(x, servers), prof.bookkeeping_s())
 
 
 def _staleness(prof: Profile, cl: Cluster, servers: int = 1, n: int = 1, hardsync: bool = False,
@@ -330,17 +213,17 @@ def _easgd(prof: Profile, cl: Cluster, servers: int = 1, period: int = 4, sync: 
           push: MessageCodec = None) -> Prediction:
     """EASGD with the elastic difference compressed point to point, the centre back dense."""
     w = workers_of(cl, servers, "EASGD")
-    x = _exchange(prof, cl, servers, push, None, w)
-    by = _ps_bytes(x, servers, "param_push", period)
+    x = exchange(prof, cl, servers, push, None, w)
+    by = ps_bytes(x, servers, "param_push", period)
     by["ps_control"]["sent"] += LENGTH_HEADER_BYTES * servers / period  # each shard's difference: its length first
     elastic = prof.update_s() / servers
     book = prof.bookkeeping_s()
     if not sync:
-        line, link = _link(prof, cl, servers, x)
-        return closed_loop(prof, line, link, w, period, True, elastic, by, book)
+        line, lk = async_link(prof, cl, servers, x)
+        return closed_loop(prof, line, lk, w, period, True, elastic, by, book)
     comp = max(worker_compute(prof, cl, w, lockstep=True))
     codec = x.worker_s + w * x.server_s
-    line = _line(prof, cl, servers)  # as the dense mode=sync row: the line, here too
+    line = p2p_line(prof, cl, servers)  # as the dense mode=sync row: the line, here too
     xfer = (C.ps_transfer_time(x.push, w, servers, line.bandwidth, line.latency)
             + C.ps_transfer_time(x.pull, w, servers, line.bandwidth, line.latency))
     step = comp + prof.update_s() + book + (codec + xfer + elastic) / period
