@@ -4,6 +4,7 @@ key without a value, grammar), appended or deleted keys, and out-of-range values
 config group. The table runs at compose level (``workbench.compose`` + ``validate``, what the CLI
 runs before Hydra starts anything), a sample through the real CLI, and the whole table through the
 CLI in the slow tier."""
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -160,7 +161,13 @@ def test_bad_input_under_multirun_fails_before_any_job(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # ~80 interpreter starts (torch, Hydra): minutes on 2 shared cores
 def test_every_bad_input_through_the_cli(tmp_path):
-    for k, (overrides, words) in enumerate(BAD):
+    """Every bad input through its own interpreter, a few at a time (each start is one busy core)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(k):
         sub = tmp_path / str(k)
         sub.mkdir()
-        _check_cli(sub, overrides, words)
+        _check_cli(sub, *BAD[k])
+
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        list(pool.map(one, range(len(BAD))))  # re-raises the first case that fails
