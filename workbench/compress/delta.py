@@ -18,7 +18,6 @@ payload itself in the message's category: the payload category holds exactly the
 """
 from __future__ import annotations
 
-import math
 from typing import List, Sequence
 
 import torch
@@ -26,6 +25,7 @@ import torch
 from workbench.compress.base import BucketInfo, Compressor
 from workbench.compress.hook import CompressionHookState
 from workbench.meter import Meter
+from workbench.perfmodel.paradigms.compressed_messages import delta_buckets
 
 BUCKET_CAP_BYTES = 25 * 2**20  # float32 bytes per bucket (DDP's default bucket_cap_mb)
 
@@ -35,17 +35,9 @@ DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.
 
 
 def bucket_shapes(shapes: Sequence[Sequence[int]], cap_bytes: int = BUCKET_CAP_BYTES) -> List[List[torch.Size]]:
-    """Consecutive parameter shapes in buckets of at most ``cap_bytes`` of float32 (a larger one alone)."""
-    buckets: List[List[torch.Size]] = [[]]
-    size = 0
-    for s in shapes:
-        n = 4 * math.prod(s)
-        if buckets[-1] and size + n > cap_bytes:
-            buckets.append([])
-            size = 0
-        buckets[-1].append(torch.Size(s))
-        size += n
-    return buckets
+    """Consecutive parameter shapes in buckets of at most ``cap_bytes`` of float32 (a larger one alone):
+    the cut the performance model prices (:func:`workbench.perfmodel.paradigms.compressed_messages.delta_buckets`)."""
+    return [[torch.Size(s) for s in b] for b in delta_buckets(shapes, cap_bytes)]
 
 
 def bucket_numels(shapes: Sequence[Sequence[int]]) -> List[int]:

@@ -12,8 +12,9 @@ worker sends and receives per step by meter category, the bottleneck and the mod
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from workbench.perfmodel import collectives as C
 from workbench.perfmodel.profile.schema import Profile
@@ -140,6 +141,22 @@ def bucket_ready(prof: Profile) -> Optional[List[float]]:
     timed it; None for a profile from before it was timed (version 12 and older)."""
     ready = [bk.get("ready") for bk in prof.buckets]
     return None if not ready or any(r is None for r in ready) else [float(r) for r in ready]
+
+
+def crossover_rate_bps(gain: Callable[[float], float], ranks: int, lo: float = 1e3, hi: float = 1e13) -> Optional[float]:
+    """Bits/s below which ``gain(bytes/s)`` (a step-time saving) is positive: ``math.inf`` if at every
+    rate in [lo, hi] bytes/s, ``None`` if at none or on one rank. Bisection on a log scale."""
+    if ranks <= 1:
+        return None
+    if gain(hi) > 0:
+        return math.inf
+    if gain(lo) <= 0:
+        return None
+    a, b = math.log(lo), math.log(hi)
+    for _ in range(80):
+        m = (a + b) / 2
+        a, b = (m, b) if gain(math.exp(m)) > 0 else (a, m)
+    return 8 * math.exp((a + b) / 2)
 
 
 def shares(total: float, weights: Sequence[float]) -> List[float]:

@@ -43,7 +43,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 from workbench.perfmodel import collectives as C
 from workbench.perfmodel import stanza as st
-from workbench.perfmodel.cluster import Cluster, Prediction, cat, dominant, line_s, worker_compute
+from workbench.perfmodel.cluster import Cluster, Prediction, cat, crossover_rate_bps, dominant, line_s, worker_compute
 from workbench.perfmodel import testbed
 from workbench.perfmodel.loopback import collective_s, profiled_ranks_here
 from workbench.perfmodel.paradigms import averaging as dense_avg
@@ -92,8 +92,8 @@ def sent_bytes(codec: MessageCodec, payloads: Sequence[float], p: int) -> float:
 
 
 def delta_buckets(shapes: Sequence[Shape], cap_bytes: int = DELTA_BUCKET_BYTES) -> List[List[Shape]]:
-    """A flat delta's buckets as the averager cuts them (``compress.delta.bucket_shapes``): consecutive
-    whole parameters, at most ``cap_bytes`` of float32 each, a larger one alone."""
+    """A flat delta's buckets, as the averager cuts them (``compress.delta.bucket_shapes`` calls this):
+    consecutive whole parameters, at most ``cap_bytes`` of float32 each, a larger one alone."""
     out: List[List[Shape]] = [[]]
     size = 0
     for s in shapes:
@@ -127,17 +127,7 @@ def crossover_bps(cl: Cluster, dense: Callable[[Cluster], Prediction], compresse
         c = replace(cl, bandwidth=bw, allreduce_bandwidth=None, shared_host=False, cores_shared=False,
                     shaper_rate=0.0, shaper_burst=0.0, host_bandwidth=0.0, host_allreduce_bandwidth=0.0)
         return dense(c).step_s - compressed(c).step_s
-    if cl.ranks <= 1:
-        return None
-    if gain(hi) > 0:
-        return math.inf
-    if gain(lo) <= 0:
-        return None
-    a, b = math.log(lo), math.log(hi)
-    for _ in range(60):
-        m = (a + b) / 2
-        a, b = (m, b) if gain(math.exp(m)) > 0 else (a, m)
-    return 8 * math.exp((a + b) / 2)
+    return crossover_rate_bps(gain, cl.ranks, lo, hi)
 
 
 def _crossed(pred: Prediction, cl: Cluster, dense: Callable[[Cluster], Prediction],

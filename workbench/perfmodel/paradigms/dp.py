@@ -10,14 +10,13 @@ work and never hides. On this machine E is :func:`workbench.perfmodel.testbed.dp
 """
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import Callable, Dict, List, Optional, Tuple
 
 from workbench.perfmodel import collectives as C
 from workbench.perfmodel import testbed
-from workbench.perfmodel.cluster import (Cluster, Prediction, bucket_ready, cat, dominant, exposed_after_backward,
-                                         line_s, worker_compute)
+from workbench.perfmodel.cluster import (Cluster, Prediction, bucket_ready, cat, crossover_rate_bps, dominant,
+                                         exposed_after_backward, line_s, worker_compute)
 from workbench.perfmodel.paradigms.compressed_messages import MissingMeasurement
 from workbench.perfmodel.profile.schema import Profile
 
@@ -100,17 +99,4 @@ def crossover_bps(prof: Profile, cl: Cluster, compressor: str, lo: float = 1e3, 
         c = at(bw) if at is not None else replace(cl, bandwidth=bw, allreduce_bandwidth=None, shared_host=False,
                                                   cores_shared=False)
         return _dp(prof, c, None).step_s - _dp(prof, c, compressor).step_s
-    if cl.ranks <= 1:
-        return None
-    if gain(hi) > 0:
-        return math.inf
-    if gain(lo) <= 0:
-        return None
-    a, b = math.log(lo), math.log(hi)
-    for _ in range(80):
-        m = (a + b) / 2
-        if gain(math.exp(m)) > 0:
-            a = m
-        else:
-            b = m
-    return 8 * math.exp((a + b) / 2)
+    return crossover_rate_bps(gain, cl.ranks, lo, hi)
