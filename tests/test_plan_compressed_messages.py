@@ -251,7 +251,10 @@ def test_only_selects_a_paradigms_compressed_rows_by_its_label_and_plus():
     from workbench.plan.rows import _selected
     assert _selected("bmuf+powersgd", ["bmuf+"]) and _selected("ps/sync+topk", ["ps/sync+topk"])
     assert not _selected("bmuf+powersgd", ["bmuf"]) and _selected("bmuf", ["bmuf"])
-    assert _selected("ps/sync+topk", ["ps"]) and not _selected("ps/sync+topk", ["ps/sync"])
+    # a family name selects its dense rows; with a "+" its compressed ones
+    assert not _selected("ps/sync+topk", ["ps"]) and not _selected("ps/sync+topk", ["ps/sync"])
+    assert _selected("ps/sync+topk", ["ps+"]) and _selected("staleness/n=2+fp16", ["staleness+"])
+    assert not _selected("ps/sync", ["ps+"]) and _selected("stanza/n_f=1", ["stanza"])
 
 
 def test_the_payload_links_are_the_dense_ones_when_nothing_is_compressed():

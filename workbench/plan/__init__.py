@@ -24,8 +24,9 @@ splits them into CONV and FC workers)::
 
       sudo python -m workbench.plan cluster.nproc=3 --bandwidth loopback,emulated:100mbit,emulated:1gbit --verify
 - ``--latency``: per message on a link (default ``50us``); loopback uses the measured one.
-- ``--only``: paradigm labels or prefixes (``staleness`` selects every ``staleness/n=…``; ``bmuf+``
-  every ``bmuf+<compressor>``, ``ps/sync+topk`` that one).
+- ``--only``: paradigm labels or prefixes (``staleness`` selects every dense ``staleness/n=…``;
+  ``bmuf+`` every ``bmuf+<compressor>``, ``ps+`` every compressed parameter-server row,
+  ``ps/sync+topk`` that one).
 - ``trainer=X`` among the overrides plans only X's variants, with your ``trainer.*`` keys.
 
 What it prints per (workers, bandwidth): rank, paradigm (the dashboards' label), predicted step

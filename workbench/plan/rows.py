@@ -159,9 +159,15 @@ def _at_ranks(cfg: DictConfig, ranks: int) -> DictConfig:
 
 
 def _selected(label: str, only: Sequence[str]) -> bool:
-    """``label`` is one of ``only``, below one (``staleness`` selects ``staleness/n=2``), or one's
-    compressed rows where it ends in ``+`` (``bmuf+`` selects ``bmuf+powersgd``)."""
-    return any(label == o or label.startswith(o + "/") or (o.endswith("+") and label.startswith(o)) for o in only)
+    """``label`` is one of ``only`` or a dense row below one (``staleness`` selects ``staleness/n=2``);
+    an entry ending in ``+`` selects the compressed rows at or below it (``bmuf+`` selects
+    ``bmuf+powersgd``, ``ps+`` selects ``ps/sync+topk``)."""
+    dense, compressed, _ = label.partition("+")
+
+    def under(base: str) -> bool:
+        return dense == base or dense.startswith(base + "/")
+    return any(label == o or (compressed and under(o[:-1]) if o.endswith("+") else not compressed and under(o))
+               for o in only)
 
 
 def check_only(only: Sequence[str], labels: Sequence[str]) -> None:
