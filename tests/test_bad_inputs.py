@@ -2,9 +2,8 @@
 nothing started, no run directory: Hydra's own errors (wrong type, unknown option, unknown key, a
 key without a value, grammar), appended or deleted keys, and out-of-range values, across every
 config group. The table runs at compose level (``workbench.compose`` + ``validate``, what the CLI
-runs before Hydra starts anything), a sample through the real CLI, and the whole table through the
-CLI in the slow tier."""
-import os
+runs before Hydra starts anything), through the CLI's entry point in this interpreter, and a sample
+through ``python -m workbench`` in its own."""
 import subprocess
 import sys
 from pathlib import Path
@@ -121,13 +120,6 @@ def test_the_table_covers_every_group_and_kind():
         assert group in text, group
 
 
-@pytest.mark.parametrize("overrides, words", BAD, ids=[" ".join(o) for o, _ in BAD])
-def test_bad_input_is_one_config_error(overrides, words):
-    with pytest.raises(ConfigError) as e:
-        validate(workbench.compose(overrides))
-    _one_line(str(e.value), words)
-
-
 def cli(*args):
     return subprocess.run([sys.executable, "-m", "workbench", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
@@ -142,7 +134,8 @@ def _check_cli(tmp_path, overrides, words):
     assert not list(tmp_path.iterdir()), f"{overrides}: a run directory was left behind"
 
 
-# wrong type, unknown option, appended key, fault-injection rank (the slow tier runs them all)
+# wrong type, unknown option, appended key, fault-injection rank: each through its own interpreter
+# (every case goes through the CLI's entry point below)
 SAMPLE = [i for i, (o, _) in enumerate(BAD) if o in (["cluster.nproc=abc"], ["trainer=nonexistent"], ["+trainer.newkey=1"],
                                                      ["inject.kill_rank=7", "inject.kill_at_step=3"])]
 
@@ -158,16 +151,21 @@ def test_bad_input_under_multirun_fails_before_any_job(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(1800)  # ~80 interpreter starts (torch, Hydra): minutes on 2 shared cores
-def test_every_bad_input_through_the_cli(tmp_path):
-    """Every bad input through its own interpreter, a few at a time (each start is one busy core)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    def one(k):
-        sub = tmp_path / str(k)
-        sub.mkdir()
-        _check_cli(sub, *BAD[k])
-
-    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        list(pool.map(one, range(len(BAD))))  # re-raises the first case that fails
+@pytest.mark.parametrize("overrides, words", BAD, ids=[" ".join(o) for o, _ in BAD])
+def test_bad_input_is_one_config_error_from_the_api_and_the_cli(tmp_path, monkeypatch, capsys, overrides, words):
+    """Each case through the Python API (``compose`` + ``validate``), then through ``python -m
+    workbench``'s ``main`` in this interpreter: the CLI's own argument handling (``--multirun``
+    splitting, Hydra's grammar) before compose and validate."""
+    with pytest.raises(ConfigError) as api:
+        validate(workbench.compose(overrides))
+    _one_line(str(api.value), words)
+    from workbench.__main__ import main
+    monkeypatch.setattr(sys, "argv", ["workbench", f"output_root={tmp_path}", *overrides])
+    with pytest.raises(SystemExit) as e:
+        main()
+    out = capsys.readouterr()
+    assert e.value.code == 2, (overrides, e.value.code, out.err[-2000:])
+    lines = [l for l in (out.err + out.out).splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("workbench: error: "), (overrides, lines)
+    _one_line(lines[0], words)
+    assert not list(tmp_path.iterdir()), f"{overrides}: a run directory was left behind"
