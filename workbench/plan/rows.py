@@ -144,11 +144,49 @@ _COMPOSED: Dict[Tuple[str, ...], DictConfig] = {}
 
 def _compose(overrides: Tuple[str, ...]) -> DictConfig:
     """Hydra's compose, once per set of overrides (a third of a second each): the planner composes
-    every variant for every worker count, which differ only in ``cluster.nproc``."""
+    every variant for every worker count, which differ only in ``cluster.nproc``. A variant's plain
+    ``key=value`` overrides of keys its groups already have (``trainer.n=2``) are set on the
+    composition of the rest, each value as Hydra's grammar reads it; anything else composes whole."""
     if overrides not in _COMPOSED:
         import workbench
-        _COMPOSED[overrides] = workbench.compose(list(overrides))
+        head, tail = _split_plain(overrides)
+        if tail and head != overrides:
+            cfg = _compose(head).copy()
+            try:
+                for key, value in tail:
+                    if OmegaConf.select(cfg, key, default=_MISSING) is _MISSING:
+                        raise KeyError(key)
+                    OmegaConf.update(cfg, key, value, merge=False)
+                _COMPOSED[overrides] = cfg
+            except Exception:  # noqa: BLE001 - a key or value compose must judge: Hydra's compose says why
+                _COMPOSED[overrides] = workbench.compose(list(overrides))
+        else:
+            _COMPOSED[overrides] = workbench.compose(list(overrides))
     return _COMPOSED[overrides]
+
+
+_MISSING = object()
+
+
+def _split_plain(overrides: Tuple[str, ...]) -> Tuple[Tuple[str, ...], List[Tuple[str, object]]]:
+    """``overrides`` without the trailing plain assignments of dotted keys (no ``+``/``~``, no sweep,
+    no interpolation), and those assignments as (key, value) in Hydra's reading."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    head, tail = list(overrides), []
+    parser = OverridesParser.create()
+    for s in overrides:
+        if s.startswith(("+", "~")) or "." not in s.partition("=")[0] or "${" in s:
+            continue
+        try:
+            o = parser.parse_override(s)
+        except HydraException:
+            continue
+        if o.is_sweep_override() or o.is_delete() or o.is_add() or o.is_force_add():
+            continue
+        head.remove(s)
+        tail.append((o.key_or_group, o.value()))
+    return tuple(head), tail
 
 
 def _at_ranks(cfg: DictConfig, ranks: int) -> DictConfig:
