@@ -13,8 +13,8 @@ At each rate, for each model (CIFAR-size synthetic data; small_cnn on the digits
 (N−1 CONV + 1 FC) and ``trainer=compressed`` with PowerSGD, Top-K and signSGD (the ``bytes`` suite's
 settings). Every rank is its own emulated node: its own namespace, a veth link shaped to the rate in
 both directions, the ordinary gloo transport. Before the runs at a rate, ``workbench.network.calibrate``
-measures what the links achieve (recorded in the table: all-reduce bus bandwidth of a 16 MiB tensor
-as a fraction of the rate).
+measures what the links achieve (recorded in the table: all-reduce bus bandwidth of a tensor that
+lasts about 2 s on the link, 1–16 MiB, as a fraction of the rate).
 
 Measured: global batch / median step time after step 2. Predicted, every run: the planner's model
 (``workbench.perfmodel.paradigms``, the one ``python -m workbench.plan``, the dashboards and
@@ -59,7 +59,14 @@ from workbench.runs.handle import Run
 # ResNet-18's 2gbit: where its compressors' crossovers lie (between 1 and 4 Gbit/s they meet sync slowly)
 RATES = {"resnet18": "50mbit,200mbit,1gbit,2gbit,4gbit", "vgg16": "500mbit,2gbit,8gbit", "small_cnn": "5mbit,100mbit"}
 COMPRESSORS = ("powersgd", "topk", "signsgd")
-PROBE_MB = 16  # the link probe's message size (large: the bandwidth regime)
+PROBE_S = 2.0  # the link probe's message lasts about this long at the rate (the bandwidth regime) ...
+PROBE_MB = (1, 16)  # ... within these sizes: 16 MiB from 67 Mbit/s up, 1 MiB (1.7 s) at 5 Mbit/s
+
+
+def probe_mb(rate: str) -> float:
+    """The link probe's message size (MiB) at ``rate``: about ``PROBE_S`` seconds of the link."""
+    from workbench.network import parse_rate
+    return min(PROBE_MB[1], max(PROBE_MB[0], round(parse_rate(rate) * PROBE_S / 8 / 2**20)))
 
 
 def parser():
@@ -164,7 +171,7 @@ def sweep(a, plan, jobs, done, given, settings, probes, profile_at) -> list:
             entries.append(done[(model, rate, kind, i // len(jobs))])
             continue
         if rate not in probes:
-            res = probe_link(a.workers, rate, sizes_mb=(PROBE_MB,), repeats=2)
+            res = probe_link(a.workers, rate, sizes_mb=(probe_mb(rate),), repeats=2)
             probes[rate] = next(r for r in res["rows"] if r["kind"] == "allreduce")["achieved_bits_per_s"]
             print(f"link probe {rate}: all-reduce {probes[rate] / 1e6:,.0f} Mbit/s "
                   f"({probes[rate] / parse_rate(rate):.0%} of the rate)", flush=True)
