@@ -19,15 +19,18 @@ def available_compressors() -> List[str]:
     return sorted(p.stem for p in (conf_dir() / "compressor").glob("*.yaml"))
 
 
-def whatif_profile(overrides: Sequence[str] = (), ranks: int = 2, root: Optional[str] = None) -> "Profile":
+def whatif_profile(overrides: Sequence[str] = (), ranks: int = 2, root: Optional[str] = None,
+                   compressors: Optional[Sequence[str]] = None) -> "Profile":
     """This machine's profile of the model the ``overrides`` name (measured once with ``ranks``
-    processes and every compressor's codec, then read from ``experiments/profiles/``)."""
+    processes, then read from ``experiments/profiles/``), with the codecs and loops of
+    ``compressors`` (default: every one; ``[]`` for none, a profile a third as long)."""
     import workbench
     from workbench.perfmodel.profile import load_or_measure
     from workbench.plan import _split_overrides, profile_loops
     shared, _, _ = _split_overrides(list(overrides))
     cfg = workbench.compose(shared)
-    comps = {c: workbench.compose([f"compressor={c}"]).compressor for c in available_compressors() if c != "none"}
+    names = available_compressors() if compressors is None else list(compressors)
+    comps = {c: workbench.compose([f"compressor={c}"]).compressor for c in names if c != "none"}
     from workbench.compress.codec_timing import measure_codecs
     return load_or_measure(cfg, ranks, comps, root=root or cfg.output_root, log=lambda s: None, codec_fn=measure_codecs,
                            loop_fns=profile_loops(cfg, comps))
