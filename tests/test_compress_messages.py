@@ -75,6 +75,15 @@ def test_a_combination_no_one_declares_is_refused_in_one_line(overrides, key, va
     (["trainer=stanza", "trainer.fc_workers=1", "compressor=fp16"], "stanza/n_f=1+fp16"),
     (["trainer=compressed", "compressor=topk"], "compressed/topk"),
     (["trainer=ps", "compressor=none"], "ps/sync"),
+    (["trainer=ps", "compressor=topk", "compressor.pull=fp16"], "ps/sync+topk,pull=fp16"),
+    (["trainer=ps", "compressor=topk", "compressor.pull=same"], "ps/sync+topk,pull=topk"),
+    (["trainer=ps", "compressor=none", "compressor.pull=fp16"], "ps/sync+pull=fp16"),
+    (["trainer=stanza", "trainer.fc_workers=1", "compressor=powersgd", "compressor.activations=fp16"],
+     "stanza/n_f=1+powersgd,activations=fp16"),
+    (["trainer=stanza", "trainer.fc_workers=1", "compressor=fp16", "compressor.activations=none"],
+     "stanza/n_f=1+fp16,activations=none"),
+    (["trainer=stanza", "trainer.fc_workers=1", "compressor=none", "compressor.activations=bf16"],
+     "stanza/n_f=1+activations=bf16"),
 ])
 def test_labels_name_the_compressor_after_the_protocol(overrides, label):
     cfg = workbench.compose(overrides)

@@ -26,6 +26,7 @@ from workbench.registry import Registry
 Get = Callable[[str], object]  # reads a dotted config key of a run (``trainer.mode``); None where absent
 
 QUALIFIERS = ("trainer.mode", "trainer.protocol")  # label qualifiers, where set
+MESSAGE_KEYS = (("pull", "none"), ("activations", "same"))  # compressor.<key> besides its name, and its default
 OWN_COMPRESSOR = ("compressed",)  # trainers whose label names the compressor itself (compressed/topk)
 
 
@@ -79,12 +80,24 @@ class ParadigmSpec:
 
     def paradigm(self, get: Get) -> str:
         """The label of a run of this paradigm whose config key ``k`` is ``get(k)``; a paradigm that
-        compresses on the side of its own protocol gets ``+<compressor>`` (``ps/sync+topk``)."""
+        compresses on the side of its own protocol gets ``+<compressor>`` (``ps/sync+topk``), and
+        a message whose codec differs from its default (``compressor.pull``, ``compressor.activations``)
+        its own part: ``ps/sync+topk,pull=fp16``, ``stanza/n_f=1+activations=fp16``."""
         if self.name in OWN_COMPRESSOR:
             return self.label(get) if self.label is not None else qualified(self.name, get, QUALIFIERS + ("compressor.name",))
         label = self.label(get) if self.label is not None else qualified(self.name, get)
         comp = get("compressor.name")
-        return f"{label}+{comp}" if isinstance(comp, str) and comp and comp != "none" else label
+        comp = comp if isinstance(comp, str) and comp and comp != "none" else None
+        parts = [comp] if comp else []
+        for key, default in MESSAGE_KEYS:
+            value = get(f"compressor.{key}")
+            if not isinstance(value, str) or value == default:
+                continue
+            codec = comp if value == "same" else (None if value == "none" else value)
+            if codec != (comp if default == "same" else None):
+                parts.append(f"{key}={codec or 'none'}")
+        return f"{label}+{','.join(parts)}" if parts else label
+
 
 
 SPECS: Registry = Registry("paradigm spec")

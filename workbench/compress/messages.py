@@ -24,6 +24,7 @@ from typing import List, Optional
 from omegaconf import OmegaConf
 
 from workbench.core import ConfigError
+from workbench.spec import MESSAGE_KEYS
 
 KINDS = ("gradient", "delta", "weights", "activation")
 TRANSPORTS = ("collective", "p2p")
@@ -70,7 +71,7 @@ def check_messages(comp, messages, trainer: str) -> None:
     if comp.name != "none" and "compressor.name" not in used and not messages:
         raise ConfigError(f"invalid value {comp.name!r} for compressor.name: trainer {trainer} compresses no "
                           f"messages; use compressor=none")
-    for key, default in (("pull", "none"), ("activations", "same")):
+    for key, default in MESSAGE_KEYS:
         value = comp.get(key, default)
         if value != default and f"compressor.{key}" not in used:
             raise ConfigError(f"invalid value {value!r} for compressor.{key}: trainer {trainer} sends no such "
