@@ -8,9 +8,10 @@ from workbench.models import build_model
 from workbench.trainers.base import build_optimizer, lr_at, seed_everything
 
 
-def single_process_sgd(overrides, workers: int, steps: int):
+def single_process_sgd(overrides, workers: int, steps: int, boundary=None):
     """Train ``steps`` optimizer steps of batch workers*b in one process, reading the same
-    permutation the workers' DistributedSamplers split; return the final state dict."""
+    permutation the workers' DistributedSamplers split; return the final state dict. ``boundary``:
+    a codec the features' output and its gradient pass through (Stanza's compressed activations)."""
     cfg = workbench.compose(overrides)
     train, _, spec = data_mod.load(cfg)
     b = data_mod.batch_size_per_worker(cfg, workers)
@@ -28,7 +29,13 @@ def single_process_sgd(overrides, workers: int, steps: int):
             for g in opt.param_groups:
                 g["lr"] = lr_at(cfg.optim, step, steps, b * workers)
             opt.zero_grad()
-            F.cross_entropy(model(x), y).backward()
+            if boundary is None:
+                F.cross_entropy(model(x), y).backward()
+            else:
+                h = model.features(x)
+                got = boundary(h.detach()).requires_grad_()
+                F.cross_entropy(model.classifier(got), y).backward()
+                h.backward(boundary(got.grad))
             opt.step()
             step += 1
         epoch += 1

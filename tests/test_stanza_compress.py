@@ -9,16 +9,11 @@ import json
 
 import pytest
 import torch
-import torch.nn.functional as F
 from omegaconf import OmegaConf
-from torch.utils.data import DataLoader, DistributedSampler
 
 import workbench
 from conftest import launch_run
 from reference import single_process_sgd
-from workbench import data as data_mod
-from workbench.models import build_model
-from workbench.trainers.base import build_optimizer, lr_at, seed_everything
 from workbench.compress import COMPRESSORS
 from workbench.config import ConfigError
 from workbench.perfmodel import stanza as pm
@@ -82,29 +77,10 @@ def test_metered_bytes_equal_the_analytic_count(runs, case):
 
 
 def rounded_sgd(overrides, workers: int, steps: int, codec):
-    """Single-process SGD on the global batch (tests/reference.py's), with the boundary activations
-    and their gradients passed through ``codec`` (element by element, so the split into the CONV
-    workers' pieces does not matter): Stanza with that codec on its activations and a dense CONV
-    all-reduce."""
-    cfg = workbench.compose(overrides)
-    train, _, spec = data_mod.load(cfg)
-    b = data_mod.batch_size_per_worker(cfg, workers)
-    seed_everything(cfg.seed)
-    model = build_model(cfg, spec)
-    opt = build_optimizer(model.parameters(), cfg.optim)
-    sampler = DistributedSampler(train, num_replicas=1, rank=0, shuffle=True, seed=cfg.seed, drop_last=True)
-    for step, (x, y) in enumerate(DataLoader(train, batch_size=b * workers, sampler=sampler, drop_last=True)):
-        if step == steps:
-            break
-        for g in opt.param_groups:
-            g["lr"] = lr_at(cfg.optim, step, steps, b * workers)
-        opt.zero_grad()
-        h = model.features(x)
-        got = codec(h.detach()).requires_grad_()
-        F.cross_entropy(model.classifier(got), y).backward()
-        h.backward(codec(got.grad))
-        opt.step()
-    return {k: v.detach() for k, v in model.state_dict().items()}
+    """Single-process SGD on the global batch with the boundary activations and their gradients
+    passed through ``codec`` (element by element, so the split into the CONV workers' pieces does
+    not matter): Stanza with that codec on its activations and a dense CONV all-reduce."""
+    return single_process_sgd(overrides, workers, steps, boundary=codec)
 
 
 def _relative(got, want, init):
