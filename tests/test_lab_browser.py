@@ -99,7 +99,8 @@ def lab(tmp_path_factory):
     _set_parameters(ROOT / "notebooks" / "00_quickstart.ipynb", nbs / "00_quickstart.ipynb",
                     trainers=["sync", "local_sgd"], max_steps=STEPS, eval_every=STEPS // 3, output_root=str(runs))
     _set_parameters(ROOT / "notebooks" / "50_tradeoff_dashboard.ipynb", nbs / "50_tradeoff_dashboard.ipynb",
-                    runs_glob=str(runs / "runs" / "**"), min_runs=2, max_steps=20, output_root=str(runs))
+                    runs_glob=str(runs / "runs" / "**"), min_runs=2, max_steps=20, output_root=str(runs),
+                    whatif_compressors=["powersgd"])
     settings = work / "settings"
     for rel, value in LAB_SETTINGS.items():
         (settings / rel).parent.mkdir(parents=True, exist_ok=True)
