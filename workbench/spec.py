@@ -93,11 +93,17 @@ class ParadigmSpec:
             value = get(f"compressor.{key}")
             if not isinstance(value, str) or value == default:
                 continue
-            codec = comp if value == "same" else (None if value == "none" else value)
-            if codec != (comp if default == "same" else None):
+            codec = message_codec(comp or "none", value)
+            if codec != message_codec(comp or "none", default):
                 parts.append(f"{key}={codec or 'none'}")
         return f"{label}+{','.join(parts)}" if parts else label
 
+
+def message_codec(compressor: str, value: str) -> Optional[str]:
+    """The codec a message key's ``value`` names under ``compressor.name=compressor`` (``same``: the
+    compressor's); None: the message goes dense."""
+    name = compressor if value == "same" else value
+    return None if name == "none" else name
 
 
 SPECS: Registry = Registry("paradigm spec")

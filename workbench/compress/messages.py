@@ -24,7 +24,7 @@ from typing import List, Optional
 from omegaconf import OmegaConf
 
 from workbench.core import ConfigError
-from workbench.spec import MESSAGE_KEYS
+from workbench.spec import MESSAGE_KEYS, message_codec
 
 KINDS = ("gradient", "delta", "weights", "activation")
 TRANSPORTS = ("collective", "p2p")
@@ -56,9 +56,7 @@ def codec_name(comp, msg: Message) -> Optional[str]:
     if comp is None:
         return None
     value = comp.name if msg.key == "compressor.name" else str(comp.get(msg.key.split(".", 1)[1], "none"))
-    if value == "same":
-        value = comp.name
-    return None if value == "none" else value
+    return message_codec(comp.name, value)
 
 
 def check_messages(comp, messages, trainer: str) -> None:

@@ -150,18 +150,15 @@ def _compose(overrides: Tuple[str, ...]) -> DictConfig:
     if overrides not in _COMPOSED:
         import workbench
         head, tail = _split_plain(overrides)
-        if tail and head != overrides:
-            cfg = _compose(head).copy()
-            try:
-                for key, value in tail:
-                    if OmegaConf.select(cfg, key, default=_MISSING) is _MISSING:
-                        raise KeyError(key)
-                    OmegaConf.update(cfg, key, value, merge=False)
-                _COMPOSED[overrides] = cfg
-            except Exception:  # noqa: BLE001 - a key or value compose must judge: Hydra's compose says why
-                _COMPOSED[overrides] = workbench.compose(list(overrides))
-        else:
-            _COMPOSED[overrides] = workbench.compose(list(overrides))
+        cfg = _compose(head).copy() if tail else None
+        try:
+            for key, value in tail:
+                if OmegaConf.select(cfg, key, default=_MISSING) is _MISSING:
+                    raise KeyError(key)
+                OmegaConf.update(cfg, key, value, merge=False)
+        except Exception:  # noqa: BLE001 - a key or value compose must judge: Hydra's compose says why
+            cfg = None
+        _COMPOSED[overrides] = cfg if cfg is not None else workbench.compose(list(overrides))
     return _COMPOSED[overrides]
 
 
@@ -169,8 +166,8 @@ _MISSING = object()
 
 
 def _split_plain(overrides: Tuple[str, ...]) -> Tuple[Tuple[str, ...], List[Tuple[str, object]]]:
-    """``overrides`` without the trailing plain assignments of dotted keys (no ``+``/``~``, no sweep,
-    no interpolation), and those assignments as (key, value) in Hydra's reading."""
+    """``overrides`` without the plain assignments of dotted keys (no ``+``/``~``, no sweep, no
+    interpolation), and those assignments as (key, value) in Hydra's reading."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
     head, tail = list(overrides), []
@@ -182,7 +179,7 @@ def _split_plain(overrides: Tuple[str, ...]) -> Tuple[Tuple[str, ...], List[Tupl
             o = parser.parse_override(s)
         except HydraException:
             continue
-        if o.is_sweep_override() or o.is_delete() or o.is_add() or o.is_force_add():
+        if o.is_sweep_override():
             continue
         head.remove(s)
         tail.append((o.key_or_group, o.value()))
