@@ -259,17 +259,20 @@ def test_planner_suite_resumes_and_predicts_kept_rounds_again(tmp_path):
     assert runs() == first and "2 of 2 (round, bandwidth) measurements were kept" in out
     assert "Drift guard (column 'drift'): the lockstep span of every rank in a fresh launch" in out
     assert {k: r["measured ms"] for k, r in table().items()} == {k: r["measured ms"] for k, r in measured.items()}
-    units[1].unlink()  # round 2 cut off: only its runs again
-    out = _suite(tmp_path, "planner", "--repeats", "2", "--resume")
-    assert len(runs()) == len(first) + 3 and "1 of 2 (round, bandwidth) measurements were kept" in out
-    # a sitting with a time limit measures whole rounds, then stops and says what is missing; the
-    # rounds can live elsewhere (experiments/planner-rounds is the directory git keeps)
+    # round 2 cut off, and the rounds kept elsewhere (experiments/planner-rounds is the directory git
+    # keeps): only round 2 runs again; a sitting with a time limit measures whole rounds, then stops and
+    # says what is missing (round 3)
     store = tmp_path / "kept"
-    out = _suite(tmp_path, "planner", "--repeats", "2", "--resume", "--rounds", str(store), "--stop-after", "0.001")
-    assert len(runs()) == len(first) + 6 and "Incomplete: 1 of 2 (round, bandwidth) measurements" in out
-    assert [u.name for u in store.glob("*.json")] == [units[0].name] and set(table()) == set(measured)
-    out = _suite(tmp_path, "planner", "--repeats", "2", "--resume", "--rounds", str(store), "--stop-after", "0")
-    assert len(runs()) == len(first) + 6 and "Incomplete: 1 of 2" in out and "1 of 2 (round, bandwidth) measurements were kept" in out
+    store.mkdir()
+    shutil.copy(units[0], store / units[0].name)
+    units[1].unlink()
+    out = _suite(tmp_path, "planner", "--repeats", "3", "--resume", "--rounds", str(store), "--stop-after", "0.001")
+    assert len(runs()) == len(first) + 3, runs()
+    assert "Incomplete: 1 of 3 (round, bandwidth) measurements" in out and "1 of 3 (round, bandwidth) measurements were kept" in out
+    assert sorted(u.name for u in store.glob("*.json")) == [u.name for u in units] and not units[1].exists()
+    assert set(table()) == set(measured)
+    out = _suite(tmp_path, "planner", "--repeats", "3", "--resume", "--rounds", str(store), "--stop-after", "0")
+    assert len(runs()) == len(first) + 3 and "Incomplete: 1 of 3" in out and "2 of 3 (round, bandwidth) measurements were kept" in out
 
 
 def test_the_crossover_suite_tests_a_prediction_at_20_percent_either_side():

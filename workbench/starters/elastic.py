@@ -6,8 +6,12 @@ not started as new interpreters: a rank then starts in a fraction of a second in
 torch's import (seconds of CPU each on a small machine), which is most of what a short run costs."""
 from __future__ import annotations
 
+import atexit
+import functools
 import multiprocessing
+import multiprocessing.forkserver
 import os
+import signal
 from pathlib import Path
 from typing import Optional
 
@@ -41,6 +45,21 @@ def _report_every_failed_rank() -> None:
     MultiprocessContext._poll = _poll
 
 
+@functools.lru_cache(maxsize=None)
+def _stop_forkserver_at_exit() -> None:
+    """At interpreter exit, kill the forkserver. Left alone it exits after this interpreter does and
+    then finalises the torch it holds for about two seconds, with this process's stdout still open:
+    whoever reads the CLI's output waits that long for its end. It keeps no state worth finalising."""
+    def stop() -> None:
+        pid = getattr(getattr(multiprocessing.forkserver, "_forkserver", None), "_forkserver_pid", None)
+        if pid:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    atexit.register(stop)
+
+
 @STARTERS.register("elastic")
 class ElasticStarter(Starter):
     def check(self, cfg) -> None:
@@ -64,6 +83,7 @@ class ElasticStarter(Starter):
         from workbench.starters.local import describe_failure, free_port
         c = cfg.cluster
         multiprocessing.get_context("forkserver").set_forkserver_preload(worker.FORKSERVER_PRELOAD)
+        _stop_forkserver_at_exit()
         _report_every_failed_rank()
         endpoint = f"{c.master_addr}:{c.master_port or free_port(c.master_addr)}"
         lc = LaunchConfig(
