@@ -14,7 +14,8 @@ working directory, as in JupyterLab (its ``output_root``/``runs_glob`` parameter
 project root wherever it runs). Output: ``<out>/<date>/<time>_<notebook>.ipynb`` and ``.html`` plus ``<out>/index.html``
 linking every report written there. ``--screenshot PNG`` also renders the (last) report in headless
 Chromium and saves a PNG of it (the README's dashboard picture is made this way). Exit status: 0 if every notebook ran, 1 if any cell failed (its
-partial notebook and HTML are still written, with the error).
+partial notebook and HTML are still written, with the error). The kernel is driven by
+:mod:`workbench.notebook_client`, whose waits for a message are bounded polls.
 """
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ def run_notebook(notebook: Path, parameters: Optional[Dict] = None, out_dir: Pat
     """Execute ``notebook`` with ``parameters`` injected after its ``parameters`` cell; write the
     executed ``.ipynb`` and the ``.html``. Returns a row: notebook, status, error, seconds, paths."""
     import papermill as pm
+    from workbench.notebook_client import KernelManager
     notebook = Path(notebook).resolve()
     stamp = stamp or datetime.now()
     day = Path(out_dir) / stamp.strftime("%Y-%m-%d")
@@ -61,7 +63,8 @@ def run_notebook(notebook: Path, parameters: Optional[Dict] = None, out_dir: Pat
     status, error = "completed", ""
     try:
         pm.execute_notebook(str(notebook), str(out_nb), parameters=parameters or {}, cwd=str(notebook.parent),
-                            execution_timeout=timeout_s, progress_bar=False, report_mode=False)
+                            execution_timeout=timeout_s, progress_bar=False, report_mode=False,
+                            kernel_manager_class=KernelManager)
     except pm.PapermillExecutionError as e:
         status, error = "failed", f"cell {e.exec_count}: {e.ename}: {e.evalue}"
     if out_nb.exists():
