@@ -88,10 +88,24 @@ def _split_overrides(overrides: Sequence[str]) -> Tuple[List[str], List[str], Op
     return shared, keys, choice
 
 
+_VARIANTS: Dict[tuple, Tuple[List[Variant], List[str]]] = {}
+
+
 def variants(overrides: Sequence[str], ranks: int) -> Tuple[List[Variant], List[str]]:
     """Every registered trainer's planned variants on ``ranks`` processes, composed with the
     shared overrides (and, for the trainer chosen with ``trainer=X``, the user's trainer keys).
-    Returns the variants and the one-line reasons of those left out (invalid here)."""
+    Returns the variants and the one-line reasons of those left out (invalid here). Kept per
+    process: the what-if explorer plans the same variants at every redraw."""
+    from workbench.compress import COMPRESSORS
+    from workbench.trainers import TRAINERS
+    key = (tuple(overrides), ranks, tuple(TRAINERS), tuple(COMPRESSORS))
+    if key not in _VARIANTS:
+        _VARIANTS[key] = _variants(overrides, ranks)
+    vs, skipped = _VARIANTS[key]
+    return list(vs), list(skipped)
+
+
+def _variants(overrides: Sequence[str], ranks: int) -> Tuple[List[Variant], List[str]]:
     from workbench.config import validate
     from workbench.spec import spec_of
     from workbench.trainers import TRAINERS, paradigm_of
