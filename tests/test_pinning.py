@@ -41,11 +41,13 @@ def test_every_gloo_device_thread_of_a_process_yields():
     in a pinned process: each has a device thread, and both end under ``SCHED_BATCH``, read back, at
     the nice they started with."""
     code = (
-        "import os, torch.distributed as dist\n"
+        "import os, time, torch.distributed as dist\n"
         "from workbench import dist as wd\n"
         "dist.init_process_group('gloo', init_method='tcp://127.0.0.1:0', rank=0, world_size=1)\n"
+        "while not wd.gloo_loops():  # the device thread names itself once it runs\n"
+        "    time.sleep(0.01)\n"
         "before = wd.gloo_loop_sched()\n"
-        "assert len(wd.yield_gloo_loops()) == 1, wd.gloo_loops()\n"
+        "assert len(wd.yield_gloo_loops(expected=1)) == 1, wd.gloo_loops()\n"
         "wd._pinned = True\n"
         "wd.new_group([0])\n"
         "print(before, len(wd.gloo_loops()), wd.gloo_loop_sched(),\n"

@@ -6,6 +6,7 @@ LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import List, Optional, Sequence
@@ -111,9 +112,12 @@ _POLICIES = {getattr(os, f"SCHED_{n.upper()}"): n for n in ("other", "batch", "i
 _pinned = False  # this process's ranks are pinned (pin_rank): its gloo groups yield their device threads
 
 
-def yield_gloo_loops() -> List[int]:
+def yield_gloo_loops(expected: int = 0, wait_s: float = 2.0) -> List[int]:
     """Put every gloo device thread of this process (:data:`GLOO_LOOP`, one per process group)
     under ``SCHED_BATCH`` (:data:`GLOO_LOOP_SCHED`), at the nice it had; the threads' ids.
+    ``expected``: how many there are with the newest group's. A group's device thread names itself
+    once it runs, which on a loaded host can be after the group is made, so the call waits up to
+    ``wait_s`` for that many.
 
     Why: gloo's device thread polls its sockets with epoll and takes a pair's lock with
     ``try_lock``. While the thread that runs the collective holds that lock (it sends a message
@@ -129,8 +133,13 @@ def yield_gloo_loops() -> List[int]:
     policy = getattr(os, f"SCHED_{GLOO_LOOP_SCHED.upper()}", None)
     if not hasattr(os, "sched_setscheduler") or policy is None:
         return []
+    deadline = time.monotonic() + wait_s
+    loops = gloo_loops()
+    while len(loops) < expected and time.monotonic() < deadline:
+        time.sleep(0.002)
+        loops = gloo_loops()
     found = []
-    for tid in gloo_loops():
+    for tid in loops:
         try:
             os.sched_setscheduler(tid, policy, os.sched_param(0))
             found.append(tid)
@@ -168,9 +177,10 @@ def gloo_loop_sched() -> Optional[List[str]]:
 def new_group(*args, **kwargs):
     """``torch.distributed.new_group``, its gloo device thread then yielded
     (:func:`yield_gloo_loops`) where this rank is pinned, as the default group's is."""
+    before = len(gloo_loops()) if _pinned else 0
     group = dist.new_group(*args, **kwargs)
     if _pinned:
-        yield_gloo_loops()
+        yield_gloo_loops(expected=before + (dist.get_backend(group) == "gloo"))
     return group
 
 
@@ -233,7 +243,7 @@ def init(cluster, testbed=None) -> DistInfo:
         store = dist.PrefixStore(f"workbench/attempt{attempt}", store)
         dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world, timeout=timeout)
     if cores is not None:
-        yield_gloo_loops()
+        yield_gloo_loops(expected=int(backend == "gloo"))
     return DistInfo(rank, world, local_rank, local_world, backend, device, threads, cores)
 
 

@@ -35,7 +35,7 @@ def _init_rank(rank: int, world: int, port: int, cfg):
     store = dist.TCPStore("127.0.0.1", port, world, is_master=rank == 0)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
     if pinned is not None:
-        yield_gloo_loops()
+        yield_gloo_loops(expected=1)
     return pinned
 
 
