@@ -180,7 +180,8 @@ def new_group(*args, **kwargs):
     before = len(gloo_loops()) if _pinned else 0
     group = dist.new_group(*args, **kwargs)
     if _pinned:
-        yield_gloo_loops(expected=before + (dist.get_backend(group) == "gloo"))
+        member = group != dist.GroupMember.NON_GROUP_MEMBER  # a rank outside the group gets no thread
+        yield_gloo_loops(expected=before + (member and dist.get_backend(group) == "gloo"))
     return group
 
 
