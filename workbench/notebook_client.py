@@ -15,10 +15,10 @@ from __future__ import annotations
 from queue import Empty
 from typing import Any, Dict, Optional
 
+from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.channels import AsyncZMQSocketChannel
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import DottedObjectName, Type
-from jupyter_client.asynchronous import AsyncKernelClient
 
 POLL_S = 1.0
 
@@ -42,6 +42,7 @@ class KernelClient(AsyncKernelClient):
 
 
 class KernelManager(AsyncKernelManager):
-    """nbclient's default kernel manager, handing out :class:`KernelClient`."""
+    """nbclient's default kernel manager, handing out :class:`KernelClient` (``AsyncKernelManager``
+    builds its client from ``client_factory``; ``client_class`` names the same class)."""
     client_class = DottedObjectName("workbench.notebook_client.KernelClient")
     client_factory = Type(KernelClient)
