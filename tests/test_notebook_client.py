@@ -1,7 +1,7 @@
 """The kernel client ``workbench.report`` runs notebooks with: its shell and IOPub channels wait for a
 message in bounded polls, so a reply already queued on the socket is read even when the poll that
 should have woken for it did not (jupyter/nbclient#312), and an unbounded wait still never returns
-empty-handed. Real ZMQ sockets; the tour and nbval run the client on real kernels."""
+empty-handed. Real ZMQ sockets; the README tour runs the client on a real kernel."""
 import asyncio
 
 import zmq
