@@ -180,6 +180,24 @@ def test_whatif_curves_panels_from_the_planner():
     assert fig.layout.xaxis2.title.text == "ranks" and "perfmodel" in fig.layout.title.text
 
 
+def test_whatif_frames_are_kept_per_profile_and_arguments():
+    """A slider moves one panel's axis: the other panel's frame is the kept one, equal to a fresh
+    plan, and a caller's change to it reaches no later caller; another profile object plans anew."""
+    import copy
+
+    from workbench.analysis import whatif
+    whatif._FRAMES.clear()
+    args = ([1.0, 10.0], [4], ["trainer=ps"])
+    first = an.whatif_frame(PROF, *args)
+    first["samples_per_s"] = 0.0
+    again = an.whatif_frame(PROF, *args)
+    assert len(whatif._FRAMES) == 1 and (again["samples_per_s"] > 0).all()
+    pd.testing.assert_frame_equal(again, whatif._whatif_frame(PROF, *args, 1.0, "50us"))
+    an.whatif_frame(copy.deepcopy(PROF), *args)
+    an.whatif_frame(PROF, [1.0], [4], ["trainer=ps"])
+    assert len(whatif._FRAMES) == 3
+
+
 def test_analysis_loads_without_the_running_side():
     """Analysis apart from running: importing it (and building a table and a figure) loads no trainer,
     launcher or variant launcher, so a notebook reading old runs needs none of them."""

@@ -854,9 +854,9 @@ def test_verify_on_emulated_links_bytes_exact(tmp_path, capsys):
     from workbench.plan import main
     out = tmp_path / "plan.json"
     assert main([f"output_root={tmp_path}", "cluster.nproc=2", "--bandwidth", "emulated:200mbit", "--verify",
-                 "--only", "sync,ps/sync", "--json", str(out)]) == 0
+                 "--only", "sync,ps/sync,stanza/n_f=1", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
-    assert {r["paradigm"] for r in rows} == {"sync", "ps/sync"}
+    assert {r["paradigm"] for r in rows} == {"sync", "ps/sync", "stanza/n_f=1"}
     for r in rows:
         assert r["bandwidth"] == "emulated:200mbit" and r["bytes_error"] == 0, r
         from omegaconf import OmegaConf

@@ -253,8 +253,9 @@ def whatif_curves(profile: "Profile", workers: int = 8, gbps: float = 10.0, spee
 
 
 def dashboard(runs: pd.DataFrame, metrics: pd.DataFrame, target: float = 0.9,
-              profile: Optional["Profile"] = None) -> Dict[str, go.Figure]:
-    """Every panel of the trade-off dashboard, by name, in display order."""
+              profile: Optional["Profile"] = None, overrides: Sequence[str] = ()) -> Dict[str, go.Figure]:
+    """Every panel of the trade-off dashboard, by name, in display order; the what-if panel (with a
+    ``profile``) plans the variants composed with ``overrides``, as the what-if explorer does."""
     figs = {
         "accuracy_vs_time": accuracy_vs_time(metrics),
         "throughput_vs_workers": throughput_vs_workers(runs),
@@ -263,7 +264,7 @@ def dashboard(runs: pd.DataFrame, metrics: pd.DataFrame, target: float = 0.9,
         "pareto_front": pareto_front(runs),
     }
     if profile is not None:
-        figs["whatif"] = whatif_curves(profile)
+        figs["whatif"] = whatif_curves(profile, overrides=overrides)
     return figs
 
 

@@ -6,7 +6,8 @@ measurement of the model (``experiments/profiles/``, measured once on first use)
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional, Sequence
+from collections import OrderedDict
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 import pandas as pd
 
@@ -36,11 +37,30 @@ def whatif_profile(overrides: Sequence[str] = (), ranks: int = 2, root: Optional
                            loop_fns=profile_loops(cfg, comps))
 
 
+_FRAMES: "OrderedDict[tuple, Tuple[Profile, pd.DataFrame]]" = OrderedDict()
+FRAMES_KEPT = 32  # the what-if explorer moves one slider at a time: one of its two panels is unchanged
+
+
 def whatif_frame(profile: "Profile", gbps: Sequence[float], workers: Sequence[int], overrides: Sequence[str] = (),
                  speedup: float = 1.0, latency: str = "50us") -> pd.DataFrame:
     """Predicted samples/s of every planned paradigm (workbench.plan) at each bandwidth (Gbit/s)
     and process count, one rank per host; Stanza and the n-softsync protocols are shown by their
-    best variant (``stanza (best n_f)``, ``staleness (best n)``)."""
+    best variant (``stanza (best n_f)``, ``staleness (best n)``). The last ``FRAMES_KEPT`` frames
+    are kept per process, keyed by the profile object and the arguments."""
+    key = (id(profile), tuple(float(g) for g in gbps), tuple(int(w) for w in workers), tuple(overrides),
+           float(speedup), latency)
+    hit = _FRAMES.get(key)
+    if hit is not None and hit[0] is profile:
+        _FRAMES.move_to_end(key)
+        return hit[1].copy()
+    df = _whatif_frame(profile, gbps, workers, overrides, speedup, latency)
+    _FRAMES[key] = (profile, df)  # the profile held too, so that its id names no other object meanwhile
+    while len(_FRAMES) > FRAMES_KEPT:
+        _FRAMES.popitem(last=False)
+    return df.copy()
+
+
+def _whatif_frame(profile, gbps, workers, overrides, speedup, latency) -> pd.DataFrame:
     from workbench.plan import plan
     df = plan(list(overrides), bandwidths=[f"{g:.6g}gbit" for g in gbps], workers=[int(w) for w in workers],
               profile=profile, speedup=speedup, latency=latency)

@@ -6,7 +6,7 @@ where each one wins, and each compressor's crossover bandwidth, measured and pre
     python -m workbench.bench bandwidth --models vgg16 --repeats 3 --write   # one model's section alone
     python -m workbench.bench bandwidth --models resnet18 --bandwidths 50mbit,200mbit,1gbit
     python -m workbench.bench bandwidth --repeats 3 --write              # 3 interleaved rounds: medians + spread
-    python -m workbench.bench bandwidth --tiny                           # CI smoke: small_cnn, 2 workers, 2 rates
+    python -m workbench.bench bandwidth --tiny                           # CI smoke: small_cnn, 2 workers, 2 rates, sync vs PowerSGD
 
 At each rate, for each model (CIFAR-size synthetic data; small_cnn on the digits), on N workers:
 ``trainer=sync`` (DDP's ring all-reduce), ``trainer=ps`` (sync, N workers + 1 server), ``trainer=stanza``
@@ -59,6 +59,7 @@ from workbench.runs.handle import Run
 # ResNet-18's 2gbit: where its compressors' crossovers lie (between 1 and 4 Gbit/s they meet sync slowly)
 RATES = {"resnet18": "50mbit,200mbit,1gbit,2gbit,4gbit", "vgg16": "500mbit,2gbit,8gbit", "small_cnn": "5mbit,100mbit"}
 COMPRESSORS = ("powersgd", "topk", "signsgd")
+TINY_KINDS = ("sync", "powersgd")  # --tiny: the pair a crossover needs (each emulated run starts its own nodes)
 PROBE_S = 2.0  # the link probe's message lasts about this long at the rate (the bandwidth regime) ...
 PROBE_MB = (1, 16)  # ... within these sizes: 16 MiB from 67 Mbit/s up, 1 MiB (1.7 s) at 5 Mbit/s
 
@@ -70,7 +71,7 @@ def probe_mb(rate: str) -> float:
 
 
 def parser():
-    p = suite.parser("bandwidth", __doc__, "small_cnn on the digits, 2 workers, 5mbit and 100mbit, PowerSGD only")
+    p = suite.parser("bandwidth", __doc__, "small_cnn on the digits, 2 workers, 5mbit and 100mbit, sync and PowerSGD only")
     p.add_argument("--models", default="resnet18,vgg16")
     p.add_argument("--bandwidths", help="comma-separated link rates for every model (default per model: "
                    + "; ".join(f"{m}: {r}" for m, r in RATES.items()) + ")")
@@ -133,6 +134,8 @@ def sweep_jobs(a, plan) -> list:
                 f"output_root={out_dir(a, model) / 'runs'}"])
         for rate in rates:
             for label, kind, ov in runs_for(a.workers, a.compressors.split(",")):
+                if a.tiny and kind not in TINY_KINDS:
+                    continue
                 jobs.append((model, rate, label.replace(" (a CONV worker)", ""), kind, cfg(rate, ov)))
     return jobs
 

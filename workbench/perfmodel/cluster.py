@@ -143,9 +143,13 @@ def bucket_ready(prof: Profile) -> Optional[List[float]]:
     return None if not ready or any(r is None for r in ready) else [float(r) for r in ready]
 
 
+CROSSOVER_RTOL = 1e-9  # a crossover's relative precision: far below any measurement's
+
+
 def crossover_rate_bps(gain: Callable[[float], float], ranks: int, lo: float = 1e3, hi: float = 1e13) -> Optional[float]:
     """Bits/s below which ``gain(bytes/s)`` (a step-time saving) is positive: ``math.inf`` if at every
-    rate in [lo, hi] bytes/s, ``None`` if at none or on one rank. Bisection on a log scale."""
+    rate in [lo, hi] bytes/s, ``None`` if at none or on one rank. Bisection on a log scale, to a
+    relative precision of ``CROSSOVER_RTOL`` (about 35 halvings of [1e3, 1e13])."""
     if ranks <= 1:
         return None
     if gain(hi) > 0:
@@ -153,7 +157,7 @@ def crossover_rate_bps(gain: Callable[[float], float], ranks: int, lo: float = 1
     if gain(lo) <= 0:
         return None
     a, b = math.log(lo), math.log(hi)
-    for _ in range(80):
+    while b - a > CROSSOVER_RTOL:
         m = (a + b) / 2
         a, b = (m, b) if gain(math.exp(m)) > 0 else (a, m)
     return 8 * math.exp((a + b) / 2)
