@@ -302,3 +302,18 @@ def test_with_nothing_compressed_the_rows_on_this_host_are_the_dense_ones(loops)
             assert cm._ps_sync(prof, cl, 1, same).step_s == pytest.approx(P.ps_sync(prof, cl, 1).step_s, rel=1e-9)
         prof.codecs["same"]["conv"] = {"payloads": [], "codec_s": 0.0}
         assert cm._stanza(prof, cl, 1, same, same).step_s == pytest.approx(P.stanza(prof, cl, 1).step_s, rel=1e-9)
+
+
+def test_the_planners_composition_of_every_variant_is_hydras():
+    """The planner sets a variant's compressor choice and plain keys on kept compositions
+    (``plan/rows.py::_compose``): every variant at 3 ranks, with a shared group override, is the
+    config Hydra composes from its override list, schema types included."""
+    from omegaconf import OmegaConf
+
+    from workbench.plan import rows
+    vs, _ = rows.variants(["model=small_cnn", "trainer.max_steps=60"], 3)
+    assert any(o.startswith("compressor=") for v in vs for o in v.overrides)
+    for v in vs:
+        ref = _compose(tuple(v.overrides))
+        assert OmegaConf.to_container(v.cfg) == OmegaConf.to_container(ref), v.label
+        assert OmegaConf.get_type(v.cfg.compressor) is OmegaConf.get_type(ref.compressor), v.label

@@ -160,20 +160,34 @@ def _compose(overrides: Tuple[str, ...]) -> DictConfig:
     """Hydra's compose, once per set of overrides (a third of a second each): the planner composes
     every variant for every worker count, which differ only in ``cluster.nproc``. A variant's plain
     ``key=value`` overrides of keys its groups already have (``trainer.n=2``) are set on the
-    composition of the rest, each value as Hydra's grammar reads it; anything else composes whole."""
+    composition of the rest, each value as Hydra's grammar reads it; its ``compressor=<c>`` choice
+    (a group no other node reads) is composed once per compressor and set on the composition of the
+    rest; anything else composes whole."""
     if overrides not in _COMPOSED:
-        import workbench
-        head, tail = _split_plain(overrides)
-        cfg = _compose(head).copy() if tail else None
-        try:
+        _COMPOSED[overrides] = _composed(overrides)
+    return _COMPOSED[overrides]
+
+
+def _composed(overrides: Tuple[str, ...]) -> DictConfig:
+    import workbench
+    head, tail = _split_plain(overrides)
+    choice = tuple(o for o in head if o.partition("=")[0] == "compressor")
+    rest = tuple(o for o in head if o not in choice)
+    try:
+        if tail:
+            cfg = _compose(head).copy()
             for key, value in tail:
                 if OmegaConf.select(cfg, key, default=_MISSING) is _MISSING:
                     raise KeyError(key)
                 OmegaConf.update(cfg, key, value, merge=False)
-        except Exception:  # noqa: BLE001 - a key or value compose must judge: Hydra's compose says why
-            cfg = None
-        _COMPOSED[overrides] = cfg if cfg is not None else workbench.compose(list(overrides))
-    return _COMPOSED[overrides]
+            return cfg
+        if len(choice) == 1 and rest and not any(o.startswith(("+", "~", "experiment=")) for o in rest):
+            cfg = _compose(rest).copy()
+            cfg.compressor = _compose(choice).compressor  # assigned as a copy: the kept one stays as it is
+            return cfg
+    except Exception:  # noqa: BLE001 - a key or value compose must judge: Hydra's compose says why
+        pass
+    return workbench.compose(list(overrides))
 
 
 _MISSING = object()
