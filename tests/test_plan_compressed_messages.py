@@ -306,7 +306,7 @@ def test_with_nothing_compressed_the_rows_on_this_host_are_the_dense_ones(loops)
 
 def test_the_planners_composition_of_every_variant_is_hydras():
     """The planner sets a variant's compressor choice and plain keys on kept compositions
-    (``plan/rows.py::_compose``): every variant at 3 ranks, with a shared group override, is the
+    (``workbench/plan/compose.py``): every variant at 3 ranks, with a shared group override, is the
     config Hydra composes from its override list, schema types included."""
     from omegaconf import OmegaConf
 

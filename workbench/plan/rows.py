@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from workbench.core import ConfigError, world_size
 from workbench.perfmodel.paradigms import Cluster, Prediction
 from workbench.perfmodel.profile import Profile, load_or_measure, profile_key
+from workbench.plan.compose import at_ranks, composed
 
 LOOPBACK = "loopback"
 EMULATED = "emulated:"  # emulated:<rate>: this machine's ranks, each behind its own shaped link (network=emulated)
@@ -125,7 +126,7 @@ def _variants(overrides: Sequence[str], ranks: int) -> Tuple[List[Variant], List
         spec = spec_of(name)
         for vo in _thin(spec.plan_variants(ranks)):
             ov = [*vo, *shared, *(keys if choice == name else [])]
-            cfg = _at_ranks(_compose(tuple(ov)), ranks)
+            cfg = at_ranks(composed(tuple(ov)), ranks)
             label = paradigm_of(lambda k, c=cfg: OmegaConf.select(c, k, default=None))
             if label in seen:
                 continue
@@ -151,74 +152,6 @@ def _thin(vos: List[List[str]], keep: int = MAX_VARIANTS) -> List[List[str]]:
     comp = [v for v in vos if any(o.startswith("compressor") for o in v)]
     vos = [v for v in vos if v not in comp]
     return [vos[i] for i in sorted({2 ** k - 1 for k in range(len(vos).bit_length()) if 2 ** k <= len(vos)} | {len(vos) - 1})] + comp
-
-
-_COMPOSED: Dict[Tuple[str, ...], DictConfig] = {}
-
-
-def _compose(overrides: Tuple[str, ...]) -> DictConfig:
-    """Hydra's compose, once per set of overrides (a third of a second each): the planner composes
-    every variant for every worker count, which differ only in ``cluster.nproc``. A variant's plain
-    ``key=value`` overrides of keys its groups already have (``trainer.n=2``) are set on the
-    composition of the rest, each value as Hydra's grammar reads it; its ``compressor=<c>`` choice
-    (a group no other node reads) is composed once per compressor and set on the composition of the
-    rest; anything else composes whole."""
-    if overrides not in _COMPOSED:
-        _COMPOSED[overrides] = _composed(overrides)
-    return _COMPOSED[overrides]
-
-
-def _composed(overrides: Tuple[str, ...]) -> DictConfig:
-    import workbench
-    head, tail = _split_plain(overrides)
-    choice = tuple(o for o in head if o.partition("=")[0] == "compressor")
-    rest = tuple(o for o in head if o not in choice)
-    try:
-        if tail:
-            cfg = _compose(head).copy()
-            for key, value in tail:
-                if OmegaConf.select(cfg, key, default=_MISSING) is _MISSING:
-                    raise KeyError(key)
-                OmegaConf.update(cfg, key, value, merge=False)
-            return cfg
-        if len(choice) == 1 and rest and not any(o.startswith(("+", "~", "experiment=")) for o in rest):
-            cfg = _compose(rest).copy()
-            cfg.compressor = _compose(choice).compressor  # assigned as a copy: the kept one stays as it is
-            return cfg
-    except Exception:  # noqa: BLE001 - a key or value compose must judge: Hydra's compose says why
-        pass
-    return workbench.compose(list(overrides))
-
-
-_MISSING = object()
-
-
-def _split_plain(overrides: Tuple[str, ...]) -> Tuple[Tuple[str, ...], List[Tuple[str, object]]]:
-    """``overrides`` without the plain assignments of dotted keys (no ``+``/``~``, no sweep, no
-    interpolation), and those assignments as (key, value) in Hydra's reading."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-    head, tail = list(overrides), []
-    parser = OverridesParser.create()
-    for s in overrides:
-        if s.startswith(("+", "~")) or "." not in s.partition("=")[0] or "${" in s:
-            continue
-        try:
-            o = parser.parse_override(s)
-        except HydraException:
-            continue
-        if o.is_sweep_override():
-            continue
-        head.remove(s)
-        tail.append((o.key_or_group, o.value()))
-    return tuple(head), tail
-
-
-def _at_ranks(cfg: DictConfig, ranks: int) -> DictConfig:
-    c = cfg.copy()
-    c.cluster.nproc = ranks
-    c.cluster.nnodes = 1
-    return c
 
 
 def _selected(label: str, only: Sequence[str]) -> bool:
