@@ -1,9 +1,13 @@
 # Two commands for a new user: `make demo` (set up + default run) and `make test` (set up + the fast tests).
-# `make test-all` is what CI runs: every test (fast and slow tiers), then every notebook under nbval.
+# `make test-all` is what CI runs: every test (fast and slow tiers) and every notebook under nbval.
 # Set-up creates .venv if there is none and installs the project with pip (`pip install -e '.[dev]'`).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
+# pytest processes side by side (pytest-xdist; tests/conftest.py keeps the network-namespace tests and
+# the notebooks each in one process, in order). The multi-rank tests each use every core already.
+TEST_JOBS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadgroup
 
 .PHONY: setup system-deps demo test test-slow test-all test-notebooks bench-all bench-overhead bench-bytes bench-staleness bench-stanza bench-compression bench-bandwidth gpu-check lab lab-check lab-screenshots clean-runs
 
@@ -24,17 +28,16 @@ demo: setup                        ## the default job: sync DDP, small CNN, digi
 	$(BIN)/python -m workbench
 
 test: setup                        ## the fast tier (minutes): unit, equivalence, byte-count, config and bad-input tests
-	$(BIN)/python -m pytest -q -m "not slow" --durations=10
+	$(PYTEST) -m "not slow" --durations=10
 
 test-slow: setup                   ## the slow tier: convergence runs, restarts, bench smoke runs, notebook executions
-	$(BIN)/python -m pytest -q -m slow --durations=15
+	$(PYTEST) -m slow --durations=15
 
-test-all: setup                    ## what CI runs: every test (both tiers), then every notebook under nbval
-	$(BIN)/python -m pytest -q --durations=25
-	$(MAKE) test-notebooks
+test-all: setup                    ## what CI runs: every test (both tiers) and every notebook under nbval
+	$(PYTEST) --durations=25 --nbval-lax notebooks/ tests/
 
 test-notebooks: setup              ## every notebook with its default parameters (pytest --nbval-lax)
-	$(BIN)/python -m pytest -q --nbval-lax notebooks/
+	$(PYTEST) --nbval-lax notebooks/
 
 bench-all: setup                   ## every section of BENCHMARKS.md (hours; `python -m workbench.bench all --list`)
 	$(BIN)/python -m workbench.bench all --write

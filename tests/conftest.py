@@ -1,9 +1,13 @@
 """Shared fixtures. Multi-process tests run real ranks over gloo on this machine.
 
 Tiers (markers registered in pyproject.toml): ``make test`` runs ``-m "not slow"`` (the fast tier);
-``make test-all`` runs everything, then the notebooks under nbval. A test marked ``root``,
+``make test-all`` runs everything and the notebooks under nbval. A test marked ``root``,
 ``browser`` or ``gpu`` skips with the reason when this machine lacks what it needs, so both tiers
 run anywhere; CI runs as root and installs Chromium (``make system-deps``).
+
+The make targets run the tests in parallel processes (pytest-xdist, ``--dist loadgroup``). Tests that
+must not overlap share a group and so one process, in order: the ``root`` tests (network namespaces:
+several check that none is left behind) and the notebooks (50 reads the runs 00 leaves).
 """
 import os
 import shutil
@@ -35,9 +39,22 @@ def _missing(marker: str):
     return None
 
 
+def _xdist_group(item):
+    """The group of tests that run in one process, in collection order, or None."""
+    if item.get_closest_marker("root") is not None:
+        return "netns"
+    if item.path.suffix == ".ipynb":
+        return "notebooks"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups
 def pytest_collection_modifyitems(config, items):
     reasons = {}
+    grouped = config.pluginmanager.hasplugin("xdist")
     for item in items:
+        if grouped and _xdist_group(item):
+            item.add_marker(pytest.mark.xdist_group(_xdist_group(item)))
         for marker in ("root", "browser", "gpu"):
             if item.get_closest_marker(marker) is not None:
                 if marker not in reasons:

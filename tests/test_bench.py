@@ -512,10 +512,23 @@ def test_accuracy_suite_builds_five_tables_with_a_verdict_each(tmp_path):
     tables, notes = accuracy.load(tmp_path / "accuracy-tiny" / "*")
     assert sorted(tables) == list("abcde") and sorted(notes) == list("abcde")
     assert [r["batch"] for r in tables["b"]] == [64, 128]
+    # --resume keeps the runs that ended and runs again the one that did not; --stop-after 0 starts none
+    e_dir = tmp_path / "accuracy-tiny" / "e"
+    entries = json.loads((e_dir / "index.json").read_text())["entries"]
+    failed = e_dir / entries[1]["run"] / "summary.json"
+    failed.write_text(json.dumps({**json.loads(failed.read_text()), "status": "failed"}))
+    out = _suite(tmp_path, "accuracy", "--only", "a,e", "--resume", "--stop-after", "0")
+    assert "(a) kept 2 runs that ended, ran 0\n" in out and "(e) kept 1 runs that ended, ran 0, left 1 " in out
+    assert "1 runs not measured yet" in (e_dir / "report.md").read_text()
+    out = _suite(tmp_path, "accuracy", "--only", "e", "--resume")
+    assert "(e) kept 1 runs that ended, ran 1" in out
+    again = json.loads((e_dir / "index.json").read_text())["entries"]
+    assert again[0] == entries[0] and again[1]["run"] != entries[1]["run"]  # the same order, one new run
 
 
 def test_accuracy_suite_refuses_unknown_tables_and_rules_in_one_line(tmp_path):
-    for args, says in ((["--only", "a,z"], "--only"), (["--rules", "cubic"], "--rules")):
+    for args, says in ((["--only", "a,z"], "--only"), (["--rules", "cubic"], "--rules"),
+                       (["--stop-after", "-1"], "--stop-after"), (["--from-runs", "--resume"], "--from-runs")):
         p = subprocess.run([sys.executable, "-m", "workbench.bench", "accuracy", *args, f"--out={tmp_path}"], cwd=ROOT,
                            capture_output=True, text=True, timeout=300)
         assert p.returncode == 2 and says in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr

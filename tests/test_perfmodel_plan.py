@@ -830,6 +830,9 @@ def test_every_registered_paradigm_is_planned_with_the_analysis_labels():
     (["compressor=nope"], "nope"),
     (["--only", "nope"], "nope"),
     (["--speedup", "0"], "--speedup"),
+    (["network=emulated", "--bandwidth", "1gbit"], "both name the link"),
+    (["network=emulated", "network.latency=5ms"], "network.latency"),
+    (["network=emulated", "+network.node_bandwidth.1=10mbit"], "network.node_bandwidth"),
 ])
 def test_bad_input_is_one_line_and_exit_2_before_profiling(args, what, tmp_path, capsys):
     from workbench.plan import main
@@ -837,6 +840,14 @@ def test_bad_input_is_one_line_and_exit_2_before_profiling(args, what, tmp_path,
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and what in err, err
     assert not (tmp_path / "profiles").exists()
+
+
+def test_network_overrides_name_the_link_planned():
+    from workbench.plan.verification import link_from_overrides
+    assert link_from_overrides(["model=vgg16", "network=emulated", "network.bandwidth=700mbit"]) == (
+        "emulated:700mbit", ["model=vgg16"])
+    assert link_from_overrides(["network=loopback", "cluster.nproc=2"]) == ("loopback", ["cluster.nproc=2"])
+    assert link_from_overrides(["cluster.nproc=2"]) == (None, ["cluster.nproc=2"])
 
 
 def test_a_profile_of_another_model_is_refused(tmp_path, capsys):
@@ -853,8 +864,8 @@ def test_verify_on_emulated_links_bytes_exact(tmp_path, capsys):
     """--verify on emulated:<rate> runs the paradigm on the emulated network; bytes stay exact."""
     from workbench.plan import main
     out = tmp_path / "plan.json"
-    assert main([f"output_root={tmp_path}", "cluster.nproc=2", "--bandwidth", "emulated:200mbit", "--verify",
-                 "--only", "sync,ps/sync,stanza/n_f=1", "--json", str(out)]) == 0
+    assert main([f"output_root={tmp_path}", "cluster.nproc=2", "network=emulated", "network.bandwidth=200mbit",
+                 "--verify", "--only", "sync,ps/sync,stanza/n_f=1", "--json", str(out)]) == 0  # = --bandwidth emulated:200mbit
     rows = json.loads(out.read_text())["rows"]
     assert {r["paradigm"] for r in rows} == {"sync", "ps/sync", "stanza/n_f=1"}
     for r in rows:

@@ -7,6 +7,7 @@ docs/accuracy.md), five tables, each with the claim it tests and a verdict compu
     python -m workbench.bench accuracy --only d --write   # (d) Rudra's μλ: accuracy vs λ, constant and growing μλ
     python -m workbench.bench accuracy --only e --write   # (e) every registered compressor's price in steps
     python -m workbench.bench accuracy --from-runs --write  # the tables again from the stored runs
+    python -m workbench.bench accuracy --only c --resume --stop-after 150 --write   # over several sessions
     python -m workbench.bench accuracy --tiny             # CI smoke: 1 000 images, 1 seed, 2 configs a table
 
 Every configuration runs once per seed (``--seeds``, interleaved: all configurations of a seed, then
@@ -15,7 +16,10 @@ target come from each run's ``metrics.jsonl``: its first evaluation at or above 
 not reached by the run's last step, the ``cap`` column). Runs go to
 ``<out>/accuracy/<table>/runs/``, the list of a table's runs to ``<out>/accuracy/<table>/index.json``
 (what ``--from-runs`` and :func:`load` read), the report to ``<out>/accuracy/<table>/``; ``--tiny``
-writes to ``<out>/accuracy-tiny/`` instead.
+writes to ``<out>/accuracy-tiny/`` instead. ``--resume`` keeps the runs a table's index already holds
+that ended (completed or diverged) with the same overrides and seed, and runs the rest;
+``--stop-after MINUTES`` starts no run after that long, so a session ends with whole runs and a
+table of them (the notes say how many are missing): a campaign of hours is the same command again.
 
 (a) ``trainer=sync`` on ``--nproc`` ranks, global batch ``--batches``, ``--epochs`` passes, the learning
 rate scaled from 64 by ``optim.scale_lr=linear``, linear with ``--warmup-epochs`` of warm-up, and
@@ -89,22 +93,60 @@ def plan(t: str, a) -> list:
     return [(cfg, ov) for cfg, ov in out][:a.limit]
 
 
-def launch(t: str, a, out: Path) -> list:
+FINAL = ("completed", "diverged")  # a run that ended: what --resume keeps
+
+
+def kept_entries(out: Path) -> dict:
+    """The entries of ``out``'s index whose run ended, by (overrides, seed): what ``--resume`` keeps.
+    Entries from before the index recorded overrides are not matched (they run again)."""
+    idx = out / "index.json"
+    if not idx.exists():
+        return {}
+    kept = {}
+    for e in json.loads(idx.read_text())["entries"]:
+        summary = out / e["run"] / "summary.json"
+        if "overrides" in e and summary.exists() and json.loads(summary.read_text()).get("status") in FINAL:
+            kept[(tuple(e["overrides"]), e["seed"])] = e
+    return kept
+
+
+def launch(t: str, a, out: Path, started: float | None = None) -> tuple:
     """Run table ``t``'s configurations for every seed, interleaved; return (and keep in
-    ``index.json``) its entries."""
+    ``index.json``) its entries, and how many runs ``--stop-after`` left (counted from ``started``)."""
+    import time
     base = ["data=digits_hard", f"data.augment={a.augment}", f"data.train_size={a.train_size}", f"data.test_size={a.test_size}",
             "model=small_cnn", "trainer.progress=false", f"cluster.timeout_s={a.timeout}", f"output_root={out / 'runs'}"]
     base.append(f"data.root={workbench.project_path(workbench.compose(base).data.root)}")  # one cache, wherever run from
     todo = plan(t, a)
     cfgs = [[workbench.compose(base + ov + [f"seed={s}"]) for _, ov in todo] for s in range(a.seeds)]  # all checked first
-    entries = []
+    kept = kept_entries(out) if a.resume else {}
+    entries, missing, ran = [], 0, 0
+
+    def save():  # after every run, with the kept runs not reached yet: a killed session loses none
+        done = {(tuple(e.get("overrides", ())), e["seed"]) for e in entries}
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "index.json").write_text(json.dumps({"target": a.target, "entries": entries + [
+            e for k, e in kept.items() if k not in done]}, indent=1))
+
     for s, seed_cfgs in enumerate(cfgs):
-        for (cfg_cols, _), cfg in zip(todo, seed_cfgs):
+        for (cfg_cols, ov), cfg in zip(todo, seed_cfgs):
+            if (tuple(ov), s) in kept:
+                entries.append({**kept[(tuple(ov), s)], "config": cfg_cols})
+                continue
+            if a.stop_after is not None and (a.stop_after == 0 or time.monotonic() - started > 60 * a.stop_after):
+                missing += 1
+                continue
             run = workbench.launch(cfg, progress=False, check=False)
-            entries.append({"table": t, "config": cfg_cols, "seed": s, "run": str(run.path.relative_to(out))})
-            (out / "index.json").write_text(json.dumps({"target": a.target, "entries": entries}, indent=1))
+            entries.append({"table": t, "config": cfg_cols, "seed": s, "overrides": ov,
+                            "run": str(run.path.relative_to(out))})
+            ran += 1
+            save()
             suite.progress({**cfg_cols, "seed": s, **acc.measures(run.path, a.target)})
-    return entries
+    save()
+    if a.resume:
+        print(f"--resume: ({t}) kept {len(entries) - ran} runs that ended, ran {ran}"
+              + (f", left {missing} for a later session (--stop-after)" if missing else ""))
+    return entries, missing
 
 
 def load(dirs, target: float | None = None, tol: float = 0.01) -> tuple:
@@ -194,6 +236,10 @@ def parse(argv=None):
     p.add_argument("--eval-every", type=int, default=50, help="(d): steps between evaluations")
     p.add_argument("--nproc-e", type=int, default=4, help="(e): ranks")
     p.add_argument("--timeout", type=int, default=7200, help="cluster.timeout_s of every run")
+    p.add_argument("--resume", action="store_true", help="keep the runs each table's index holds that ended with "
+                   "the same overrides and seed; run the rest")
+    p.add_argument("--stop-after", type=float, default=None, metavar="MINUTES",
+                   help="start no run after this long (whole runs kept; the same command again adds the rest)")
     p.add_argument("--configs", type=int, default=0, help="run only each table's first N configurations (0: all; "
                    "--tiny: 2)")
     a = p.parse_args(argv)
@@ -202,6 +248,10 @@ def parse(argv=None):
         a.seeds, a.train_size, a.test_size, a.target, a.limit, a.augment = 1, 1000, 200, 0.3, a.configs or 2, "light"
         a.batches, a.rules, a.epochs, a.max_steps, a.max_epochs, a.evals = "64,128", "linear+warm-up", 1, 12, 1, 4
         a.processes, a.lams, a.global_batch, a.eval_every, a.nproc_e = "2", "1,2", 32, 4, 2
+    if a.stop_after is not None and a.stop_after < 0:
+        raise workbench.ConfigError(f"invalid value {a.stop_after!r} for --stop-after: must be >= 0 minutes")
+    if a.from_runs and (a.resume or a.stop_after is not None):
+        raise workbench.ConfigError("--from-runs runs nothing: it takes neither --resume nor --stop-after")
     if any(t not in TABLES for t in a.only.split(",")):
         raise workbench.ConfigError(f"invalid value {a.only!r} for --only: choose from {', '.join(TABLES)}")
     if any(r not in RULES for r in a.rules.split(",")):
@@ -212,15 +262,20 @@ def parse(argv=None):
 def main(argv=None) -> tuple:
     """Run (or with ``--from-runs`` read) the selected tables, write their reports; return
     ``(tables, verdicts)``."""
+    import time
     a = parse(argv)
     name = "accuracy-tiny" if a.tiny else "accuracy"  # a smoke run never replaces a campaign's tables
     root = Path(a.out).resolve() / name
-    tables = {}
+    tables, missing, started = {}, {}, time.monotonic()
     for t in [t for t in TABLES if t in a.only.split(",")]:
         if not a.from_runs:
-            launch(t, a, root / t)
+            missing[t] = launch(t, a, root / t, started)[1]
         tables.update(load([root / t], a.target)[0])
     notes = acc.verdicts(tables, a.tolerance)
+    for t, n in missing.items():
+        if n:
+            notes[t] = (f"**{n} runs not measured yet** (--stop-after); run the same command with --resume to add "
+                        f"them. " + notes.get(t, ""))
     cmd = "python -m workbench.bench accuracy " + " ".join(argv if argv is not None else [])
     figs = figures(tables)
     for t, rows in tables.items():

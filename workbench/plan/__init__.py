@@ -23,6 +23,10 @@ splits them into CONV and FC workers)::
   on the emulated network (root)::
 
       sudo python -m workbench.plan cluster.nproc=3 --bandwidth loopback,emulated:100mbit,emulated:1gbit --verify
+
+  Hydra's network overrides name one link the same way: ``network=emulated network.bandwidth=700mbit``
+  is ``--bandwidth emulated:700mbit``, ``network=loopback`` is ``loopback``; naming both, or a
+  latency, jitter or per-node rate the planner does not plan, is one line, exit 2.
 - ``--latency``: per message on a link (default ``50us``); loopback uses the measured one.
 - ``--only``: paradigm labels or prefixes (``staleness`` selects every dense ``staleness/n=…``;
   ``bmuf+`` every ``bmuf+<compressor>``, ``ps+`` every compressed parameter-server row,

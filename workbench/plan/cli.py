@@ -12,7 +12,7 @@ from workbench.perfmodel.profile import ProfileError
 from workbench.plan.rows import (DEFAULT_BANDWIDTHS, LOOPBACK, _plan_rows, _split_overrides, here, load_profile,
                                  parse_bandwidths, parse_workers)
 from workbench.plan.tables import table
-from workbench.plan.verification import check_verifiable, verify
+from workbench.plan.verification import check_verifiable, link_from_overrides, verify
 
 DESCRIPTION = """\
 Which way of distributing training wins for this model, cluster and network, and why: every
@@ -26,7 +26,8 @@ examples:
 """
 
 EPILOG = """\
-Overrides are Hydra's, as for a run (model=, data.*, cluster.nproc=, trainer=X to plan only X).
+Overrides are Hydra's, as for a run (model=, data.*, cluster.nproc=, trainer=X to plan only X);
+network=emulated network.bandwidth=700mbit plans (and verifies) that link, as --bandwidth emulated:700mbit.
 Exit status: 0; 2 for bad input; 1 when profiling fails. The model and its accuracy: docs/planner.md;
 the full runbook: python -c "import workbench.plan; help(workbench.plan)".
 """
@@ -55,7 +56,11 @@ def main(argv=None) -> int:
     """The planner's command line; returns the exit status (0, 1 when profiling fails, 2 for bad input)."""
     a = parser().parse_args(argv)
     try:
-        bws = parse_bandwidths(a.bandwidth or (LOOPBACK if a.verify else ",".join(DEFAULT_BANDWIDTHS)))
+        link, a.overrides = link_from_overrides(a.overrides)  # network=emulated network.bandwidth=R: emulated:R
+        if link and a.bandwidth:
+            raise ConfigError(f"--bandwidth {a.bandwidth} and the network overrides ({link}) both name the link: "
+                              f"give one")
+        bws = parse_bandwidths(link or a.bandwidth or (LOOPBACK if a.verify else ",".join(DEFAULT_BANDWIDTHS)))
         if a.verify and not any(here(b) for b in bws):
             bws.append(LOOPBACK)
         if a.verify:

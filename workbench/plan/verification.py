@@ -11,7 +11,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from workbench.plan.rows import EMULATED, LOOPBACK, Variant, here
 
@@ -28,6 +28,30 @@ def network_overrides(bw: str) -> List[str]:
     if bw.startswith(EMULATED):
         return ["network=emulated", f"network.bandwidth={bw[len(EMULATED):]}"]
     return ["network=loopback"]
+
+
+def link_from_overrides(overrides: Sequence[str]) -> Tuple[Optional[str], List[str]]:
+    """The link that Hydra overrides naming a network stand for (``network=emulated
+    network.bandwidth=700mbit`` -> ``emulated:700mbit``; ``network=loopback`` -> ``loopback``), or
+    None where they name none, and the overrides without them. What the planner cannot plan or
+    verify (a latency, jitter or per-node rate, another network) is one ConfigError."""
+    mine = [o for o in overrides if o.split("=", 1)[0].lstrip("+~").split(".")[0] == "network"]
+    if not mine:
+        return None, list(overrides)
+    import workbench
+    from workbench.core import ConfigError
+    net = workbench.compose(mine).network
+    if net.name not in ("emulated", "loopback"):
+        raise ConfigError(f"invalid value {net.name!r} for network: the planner plans and verifies network=loopback "
+                          f"or network=emulated (or --bandwidth)")
+    for key, zero in (("latency", "0ms"), ("jitter", "0ms")):
+        if net.get(key, zero) not in (zero, "0", 0):
+            raise ConfigError(f"invalid value {net[key]!r} for network.{key}: the planner plans a link's rate only "
+                              f"(its --latency is the model's per-message cost)")
+    if net.get("node_bandwidth"):
+        raise ConfigError("invalid value for network.node_bandwidth: the planner plans one rate for every link")
+    rest = [o for o in overrides if o not in mine]
+    return (f"{EMULATED}{net.bandwidth}" if net.name == "emulated" else LOOPBACK), rest
 
 
 def check_verifiable(bandwidths: Sequence[str]) -> None:
