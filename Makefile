@@ -37,7 +37,7 @@ test-all: setup                    ## what CI runs: every test (both tiers) and 
 	$(PYTEST) --durations=25 --nbval-lax notebooks/ tests/
 
 test-notebooks: setup              ## every notebook with its default parameters (pytest --nbval-lax)
-	$(PYTEST) --nbval-lax notebooks/
+	$(BIN)/python -m pytest -q --nbval-lax notebooks/   # one process: the groups live in tests/conftest.py
 
 bench-all: setup                   ## every section of BENCHMARKS.md (hours; `python -m workbench.bench all --list`)
 	$(BIN)/python -m workbench.bench all --write
