@@ -1021,3 +1021,24 @@ def test_bmuf_behind_emulated_links_pays_the_shaper_once_a_block():
     e = 1448 / 1514  # payload bytes per byte of frame
     ar = 2e-3 + (sent - 16_000 * e) / (1.25e6 * e)
     assert P.bmuf(here, cl, block=block).step_s == pytest.approx(comp + U + (ar + U) / block)
+
+
+def test_the_table_shows_the_best_of_each_family_and_all_with_all():
+    """stanza/n_f=… and staleness/n=… are families (a count apart): one row each by default, the best
+    marked with how many it stands for; --all prints every variant. The JSON rows are not touched."""
+    from workbench.plan.tables import family, table
+    assert family("stanza/n_f=12+fp16") == "stanza/n_f=*+fp16" and family("staleness/n=2") == "staleness/n=*"
+    assert family("ps/sync+topk") == "ps/sync+topk" and family("staleness/hardsync") == "staleness/hardsync"
+    speeds = {"stanza/n_f=2": 120, "sync": 100, "stanza/n_f=1+fp16": 90, "stanza/n_f=1": 80, "staleness/n=2": 60,
+              "staleness/n=1": 50, "ps/sync": 30}
+    rows = [{"paradigm": k, "workers": 4, "bandwidth": "1gbit", "rank": i, "predicted_samples_per_s": v,
+             "predicted_step_s": 40 / v, "bottleneck": "link", "crossover_bps": None,
+             "predicted_bytes_by_category": {"allreduce": 1e6}} for i, (k, v) in enumerate(speeds.items(), 1)]
+    short, full = table(rows, PROF), table(rows, PROF, all_rows=True)
+    shown = [line.split()[1] for line in short.splitlines() if line[:3].strip().isdigit()]
+    assert shown == ["stanza/n_f=2", "sync", "stanza/n_f=1+fp16", "staleness/n=2", "ps/sync"]
+    assert [line.split()[0] for line in short.splitlines() if line[:3].strip().isdigit()] == ["1", "2", "3", "4", "5"]
+    assert "stanza/n_f=* (2), staleness/n=* (2); 2 more rows with --all" in short
+    listed = [line.split()[1] for line in full.splitlines() if line[:3].strip().isdigit()]
+    assert listed == list(speeds) and "stanza/n_f=2 *" in full and "staleness/n=2 *" in full
+    assert "stanza/n_f=1 *" not in full and "more rows" not in full

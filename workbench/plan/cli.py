@@ -44,6 +44,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--only", default="", help="paradigm labels or prefixes, comma separated")
     ap.add_argument("--verify", action="store_true", help="also run each paradigm briefly here (loopback and "
                     "emulated:<rate> rows; emulated needs root)")
+    ap.add_argument("--all", action="store_true", help="print every variant (default: the best of each family, "
+                    "e.g. one stanza/n_f=* row; the JSON holds every row either way)")
     ap.add_argument("--json", default=None, help="write every row to this file")
     ap.add_argument("--profile", default=None, help="plan from this profile file (e.g. taken on a GPU machine)")
     ap.add_argument("--save-profile", default=None, help="also write the profile used to this file")
@@ -89,7 +91,7 @@ def main(argv=None) -> int:
     m = prof.machine
     print(f"profile: {prof.model} batch {prof.batch}/worker, {prof.ranks} ranks on {m.get('host')} "
           f"({m.get('cores')} cores, load {m.get('load_average')}), compute ÷{prof.speedup:g}")
-    print(table(rows, prof))
+    print(table(rows, prof, all_rows=a.all))
     if a.json:
         Path(a.json).parent.mkdir(parents=True, exist_ok=True)
         Path(a.json).write_text(json.dumps({"profile": {k: v for k, v in prof.to_json().items() if k != "codecs"},

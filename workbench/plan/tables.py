@@ -1,5 +1,10 @@
 """The plan as text: one table per (workers, bandwidth), its paradigms ranked, and, after a
-verification, the measured step times and the accuracy summary."""
+verification, the measured step times and the accuracy summary.
+
+A family is the variants of one paradigm that differ only in a count (``stanza/n_f=1`` …
+``stanza/n_f=63``, ``staleness/n=1`` … ``staleness/n=7``, each with or without the same compressor).
+By default a table shows the best of each family (highest predicted samples/s), marked ``*``, and
+says how many it stands for; ``all_rows`` shows every variant, the family's best marked."""
 from __future__ import annotations
 
 import math
@@ -25,7 +30,24 @@ def _bytes(by: Dict[str, float]) -> str:
     return ", ".join(parts) or "0"
 
 
-def table(rows: List[dict], prof: Profile) -> str:
+def family(label: str) -> str:
+    """The family of a paradigm label: its count left out (``stanza/n_f=3+fp16`` -> ``stanza/n_f=*+fp16``)."""
+    dense, plus, comp = label.partition("+")
+    head, eq, value = dense.rpartition("=")
+    return f"{head}=*{plus}{comp}" if eq and value.isdigit() else label
+
+
+def family_best(rows: List[dict]) -> Dict[str, Tuple[dict, int]]:
+    """Each family of ``rows``: its best row (highest predicted samples/s) and how many rows it has."""
+    best: Dict[str, Tuple[dict, int]] = {}
+    for r in rows:
+        f = family(r["paradigm"])
+        top, n = best.get(f, (r, 0))
+        best[f] = (r if r["predicted_samples_per_s"] > top["predicted_samples_per_s"] else top, n + 1)
+    return best
+
+
+def table(rows: List[dict], prof: Profile, all_rows: bool = False) -> str:
     out = []
     groups: Dict[Tuple[int, str], List[dict]] = {}
     for r in rows:
@@ -38,13 +60,14 @@ def table(rows: List[dict], prof: Profile) -> str:
         if verify_cols:
             head += "  | measured ms  error   bytes"
         out.append(head)
-        stanza = [r for r in rs if r["paradigm"].startswith("stanza/") and "+" not in r["paradigm"]]  # its allocations
-        best_stanza = max(stanza, key=lambda r: r["predicted_samples_per_s"])["paradigm"] if stanza else None
-        for r in rs:
+        best = family_best(rs)
+        starred = {id(top): n for top, n in best.values() if n > 1}
+        shown = rs if all_rows else [r for r in rs if best[family(r["paradigm"])][0] is r]
+        for i, r in enumerate(shown):
             compressing = r["paradigm"].startswith("compressed/") or "+" in r["paradigm"]  # against its dense self
             cross = _rate(r["crossover_bps"]) if compressing else ""
-            name = r["paradigm"] + (" *" if r["paradigm"] == best_stanza and len(stanza) > 1 else "")
-            line = (f"{r['rank']:>3}  {name:<22} {1e3 * r['predicted_step_s']:>9.2f} {r['predicted_samples_per_s']:>10.1f}  "
+            name = r["paradigm"] + (" *" if id(r) in starred else "")
+            line = (f"{r['rank'] if all_rows else i + 1:>3}  {name:<22} {1e3 * r['predicted_step_s']:>9.2f} {r['predicted_samples_per_s']:>10.1f}  "
                     f"{r['bottleneck']:<10}  {cross:<12}  {_bytes(r['predicted_bytes_by_category'])}")
             if "mean_staleness" in r:
                 line += f"  ⟨τ⟩ {r['mean_staleness']:.1f}, max τ {r['max_staleness']} (simulated)"
@@ -54,8 +77,10 @@ def table(rows: List[dict], prof: Profile) -> str:
             elif "measured_status" in r:
                 line += f"  | run {r['measured_status']}"
             out.append(line)
-        if best_stanza and len(stanza) > 1:
-            out.append(f"     * Stanza's best allocation here: {best_stanza}")
+        if starred:
+            fams = ", ".join(f"{f} ({n})" for f, (_, n) in best.items() if n > 1)
+            out.append(f"     * the best of its family here: {fams}" +
+                       ("" if all_rows else f"; {len(rs) - len(shown)} more rows with --all"))
     errs = [r["error"] for r in rows if "error" in r]
     if errs:
         med, p90 = error_quantiles(errs)
