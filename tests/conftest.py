@@ -53,8 +53,9 @@ def pytest_collection_modifyitems(config, items):
     reasons = {}
     grouped = config.pluginmanager.hasplugin("xdist")
     for item in items:
-        if grouped and _xdist_group(item):
-            item.add_marker(pytest.mark.xdist_group(_xdist_group(item)))
+        group = _xdist_group(item) if grouped else None
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
         for marker in ("root", "browser", "gpu"):
             if item.get_closest_marker(marker) is not None:
                 if marker not in reasons:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import workbench
@@ -102,18 +103,19 @@ def kept_entries(out: Path) -> dict:
     idx = out / "index.json"
     if not idx.exists():
         return {}
+    from workbench.runs.store import read_json
     kept = {}
     for e in json.loads(idx.read_text())["entries"]:
-        summary = out / e["run"] / "summary.json"
-        if "overrides" in e and summary.exists() and json.loads(summary.read_text()).get("status") in FINAL:
+        if "overrides" in e and (read_json(out / e["run"] / "summary.json") or {}).get("status") in FINAL:
             kept[(tuple(e["overrides"]), e["seed"])] = e
     return kept
 
 
 def launch(t: str, a, out: Path, started: float | None = None) -> tuple:
     """Run table ``t``'s configurations for every seed, interleaved; return (and keep in
-    ``index.json``) its entries, and how many runs ``--stop-after`` left (counted from ``started``)."""
-    import time
+    ``index.json``) its entries, and how many runs ``--stop-after`` left (counted from ``started``,
+    by default now)."""
+    started = time.monotonic() if started is None else started
     base = ["data=digits_hard", f"data.augment={a.augment}", f"data.train_size={a.train_size}", f"data.test_size={a.test_size}",
             "model=small_cnn", "trainer.progress=false", f"cluster.timeout_s={a.timeout}", f"output_root={out / 'runs'}"]
     base.append(f"data.root={workbench.project_path(workbench.compose(base).data.root)}")  # one cache, wherever run from
@@ -262,7 +264,6 @@ def parse(argv=None):
 def main(argv=None) -> tuple:
     """Run (or with ``--from-runs`` read) the selected tables, write their reports; return
     ``(tables, verdicts)``."""
-    import time
     a = parse(argv)
     name = "accuracy-tiny" if a.tiny else "accuracy"  # a smoke run never replaces a campaign's tables
     root = Path(a.out).resolve() / name

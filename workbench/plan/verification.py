@@ -40,12 +40,13 @@ def link_from_overrides(overrides: Sequence[str]) -> Tuple[Optional[str], List[s
         return None, list(overrides)
     import workbench
     from workbench.core import ConfigError
+    from workbench.network import parse_time
     net = workbench.compose(mine).network
     if net.name not in ("emulated", "loopback"):
         raise ConfigError(f"invalid value {net.name!r} for network: the planner plans and verifies network=loopback "
                           f"or network=emulated (or --bandwidth)")
-    for key, zero in (("latency", "0ms"), ("jitter", "0ms")):
-        if net.get(key, zero) not in (zero, "0", 0):
+    for key in ("latency", "jitter"):
+        if parse_time(net.get(key, "0ms"), f"network.{key}") > 0:
             raise ConfigError(f"invalid value {net[key]!r} for network.{key}: the planner plans a link's rate only "
                               f"(its --latency is the model's per-message cost)")
     if net.get("node_bandwidth"):
