@@ -512,11 +512,16 @@ def test_accuracy_suite_builds_five_tables_with_a_verdict_each(tmp_path):
     tables, notes = accuracy.load(tmp_path / "accuracy-tiny" / "*")
     assert sorted(tables) == list("abcde") and sorted(notes) == list("abcde")
     assert [r["batch"] for r in tables["b"]] == [64, 128]
+    # each entry keeps its run's evaluations: the same tables without any run directory (a fresh checkout)
+    for t in "abcde":
+        (tmp_path / "accuracy-tiny" / t / "runs").rename(tmp_path / f"runs-{t}")
+    assert accuracy.load(tmp_path / "accuracy-tiny" / "*") == (tables, notes)
     # --resume keeps the runs that ended and runs again the one that did not; --stop-after 0 starts none
     e_dir = tmp_path / "accuracy-tiny" / "e"
-    entries = json.loads((e_dir / "index.json").read_text())["entries"]
-    failed = e_dir / entries[1]["run"] / "summary.json"
-    failed.write_text(json.dumps({**json.loads(failed.read_text()), "status": "failed"}))
+    stored = json.loads((e_dir / "index.json").read_text())
+    entries = stored["entries"]
+    entries[1]["record"]["status"] = "failed"
+    (e_dir / "index.json").write_text(json.dumps(stored))
     out = _suite(tmp_path, "accuracy", "--only", "a,e", "--resume", "--stop-after", "0")
     assert "(a) kept 2 runs that ended, ran 0\n" in out and "(e) kept 1 runs that ended, ran 0, left 1 " in out
     assert "1 runs not measured yet" in (e_dir / "report.md").read_text()
@@ -524,6 +529,14 @@ def test_accuracy_suite_builds_five_tables_with_a_verdict_each(tmp_path):
     assert "(e) kept 1 runs that ended, ran 1" in out
     again = json.loads((e_dir / "index.json").read_text())["entries"]
     assert again[0] == entries[0] and again[1]["run"] != entries[1]["run"]  # the same order, one new run
+    # --index-dir: the index in a folder of its own (what a campaign keeps in git), resumed from there
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "e.json").write_text(json.dumps({**stored, "entries": again[:1]}))
+    out = _suite(tmp_path, "accuracy", "--only", "e", "--resume", "--index-dir", str(kept))
+    assert "(e) kept 1 runs that ended, ran 1" in out
+    assert [e["seed"] for e in json.loads((kept / "e.json").read_text())["entries"]] == [0, 0]
+    assert accuracy.load(kept / "*.json")[0]["e"][1]["compressor"] == again[1]["config"]["compressor"]
 
 
 def test_accuracy_suite_refuses_unknown_tables_and_rules_in_one_line(tmp_path):

@@ -317,3 +317,22 @@ def test_the_planners_composition_of_every_variant_is_hydras():
         ref = _compose(tuple(v.overrides))
         assert OmegaConf.to_container(v.cfg) == OmegaConf.to_container(ref), v.label
         assert OmegaConf.get_type(v.cfg.compressor) is OmegaConf.get_type(ref.compressor), v.label
+
+
+def test_bmuf_powersgds_verification_measures_compressed_rounds(tmp_path):
+    """PowerSGD's start counts averaging rounds under BMUF: a verification skips until its compressed
+    rounds (the spec's ``steady_after``) and measures the compressed payload, not the dense model."""
+    from types import SimpleNamespace
+
+    from workbench.bench.bytes import param_shapes
+    from workbench.plan import VERIFY_SKIP, variants, verify_variant
+    from workbench.trainers import SPECS
+    vs, _ = variants(["model=small_cnn", "data=digits", "cluster.timeout_s=120"], 2)
+    v = next(v for v in vs if v.label == "bmuf+powersgd")
+    block, start = int(v.cfg.trainer.block), int(v.cfg.compressor.start_iter)
+    assert SPECS["bmuf"].steady_after(v.cfg) == (start + 1) * block > VERIFY_SKIP
+    m = verify_variant(v, tmp_path, steps=block)
+    shapes = param_shapes(SimpleNamespace(config=v.cfg))
+    dense = SPECS["bmuf"].analytic_bytes(_compose(("trainer=bmuf", "cluster.nproc=2")), {}, shapes)
+    assert m["measured_bytes_per_step"] == pytest.approx(SPECS["bmuf"].analytic_bytes(v.cfg, {}, shapes), abs=1)
+    assert m["measured_bytes_per_step"] < dense / 4

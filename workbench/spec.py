@@ -52,6 +52,10 @@ def _no_count(cfg, summary, shapes) -> None:
     return None
 
 
+def _no_steps(cfg) -> int:
+    return 0
+
+
 def _no_model(cfg):
     raise NotImplementedError(f"trainer {cfg.trainer.name!r} declares no performance model")
 
@@ -75,6 +79,9 @@ class ParadigmSpec:
     bench_variants: Callable[[int], List[Tuple[str, List[str]]]] = _none
     # analytic_bytes(cfg, summary, shapes) -> bytes a worker sends per step by the algorithm; None: no closed form
     analytic_bytes: Callable[[object, dict, List[tuple]], Optional[float]] = _no_count
+    # steady_after(cfg) -> the steps before a run of cfg reaches its steady state, where that is later
+    # than a DDP run's (a compressor that starts after some averaging rounds): what a verification skips
+    steady_after: Callable[[object], int] = _no_steps
     # smoke_overrides(nproc) -> overrides that make a few-step run valid on nproc ranks (make gpu-check)
     smoke_overrides: Callable[[int], List[str]] = _none
 

@@ -3,8 +3,10 @@ first evaluation at or above it), final accuracy and median gradient noise scale
 seeds (median, min–max), and for each table the paper's claim it tests with a verdict computed from
 the rows. :mod:`workbench.bench.accuracy` launches the runs; this module only reads them.
 
-An *entry* is one run of the suite: ``{"table": "a", "config": {...}, "seed": 0, "run": <dir>}``;
-``config`` holds the columns that name the configuration (rule and batch, paradigm, λ, ...).
+An *entry* is one run of the suite: ``{"table": "a", "config": {...}, "seed": 0, "run": <dir>,
+"record": {...}}``; ``config`` holds the columns that name the configuration (rule and batch,
+paradigm, λ, ...), ``record`` what the tables need of the run (:func:`record`), so that an index
+read in another checkout, without the run directories, gives the same tables.
 """
 from __future__ import annotations
 
@@ -29,20 +31,30 @@ CLAIMS = {
 }
 
 
-def measures(run_dir, target: float) -> dict:
-    """One run: steps and time to ``target`` (None if never reached), final and best test accuracy,
-    the median of its logged gradient noise scales (None without any), its last step and status."""
+def record(run_dir) -> dict:
+    """What a table's index keeps of one run, so that its tables outlive the run's directory: every
+    evaluation as ``[step, time_s, test_accuracy, gradient_noise_scale or None]``, the final test
+    accuracy and the run's status."""
     run = Run(run_dir)
-    evals = [r for r in run.records() if r.get("kind") == "eval" and r.get("test_accuracy") is not None]
-    hit = next((r for r in evals if r["test_accuracy"] >= target), None)
-    gns = [r["gradient_noise_scale"] for r in evals
-           if isinstance(r.get("gradient_noise_scale"), (int, float)) and math.isfinite(r["gradient_noise_scale"])]
+    evals = [[r["step"], r.get("time"), r["test_accuracy"], r.get("gradient_noise_scale")]
+             for r in run.records() if r.get("kind") == "eval" and r.get("test_accuracy") is not None]
     s = run.summary or {}
-    return {"steps_to_target": hit["step"] if hit else None, "time_to_target_s": hit["time"] if hit else None,
-            "final_acc": s.get("final_test_accuracy", evals[-1]["test_accuracy"] if evals else None),
-            "best_acc": max((r["test_accuracy"] for r in evals), default=None),
-            "gns": statistics.median(gns) if gns else None, "last_step": evals[-1]["step"] if evals else None,
+    return {"evals": evals, "final_acc": s.get("final_test_accuracy", evals[-1][2] if evals else None),
             "status": s.get("status", "failed")}
+
+
+def measures(run, target: float) -> dict:
+    """One run (its directory, or its :func:`record`): steps and time to ``target`` (None if never
+    reached), final and best test accuracy, the median of its logged gradient noise scales (None
+    without any), its last evaluated step and status."""
+    rec = run if isinstance(run, dict) else record(run)
+    evals = rec["evals"]
+    hit = next((e for e in evals if e[2] >= target), None)
+    gns = [e[3] for e in evals if isinstance(e[3], (int, float)) and math.isfinite(e[3])]
+    return {"steps_to_target": hit[0] if hit else None, "time_to_target_s": hit[1] if hit else None,
+            "final_acc": rec["final_acc"], "best_acc": max((e[2] for e in evals), default=None),
+            "gns": statistics.median(gns) if gns else None, "last_step": evals[-1][0] if evals else None,
+            "status": rec["status"]}
 
 
 def _med(vals, missing_is_inf: bool = False):
@@ -62,6 +74,9 @@ def aggregate(entries: list, target: float, root: Path | None = None) -> dict:
     groups: dict = {}
     for e in entries:
         key = (e["table"], tuple(e["config"].items()))
+        if "record" in e:
+            groups.setdefault(key, []).append(measures(e["record"], target))
+            continue
         path = Path(e["run"]) if root is None or Path(e["run"]).is_absolute() else Path(root) / e["run"]
         groups.setdefault(key, []).append(measures(path, target))
     out: dict = {}

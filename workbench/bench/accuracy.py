@@ -15,7 +15,10 @@ the next seed); a row shows the median over seeds and each measure's min–max. 
 target come from each run's ``metrics.jsonl``: its first evaluation at or above ``--target`` ("n.r.":
 not reached by the run's last step, the ``cap`` column). Runs go to
 ``<out>/accuracy/<table>/runs/``, the list of a table's runs to ``<out>/accuracy/<table>/index.json``
-(what ``--from-runs`` and :func:`load` read), the report to ``<out>/accuracy/<table>/``; ``--tiny``
+(what ``--from-runs`` and :func:`load` read; with ``--index-dir DIR``, ``DIR/<table>.json``), the
+report to ``<out>/accuracy/<table>/``. Each index entry keeps its run's evaluations, final accuracy
+and status, so the tables and ``--resume`` need no run directory: the campaigns keep their indexes
+in ``experiments/accuracy-runs/`` (in git) and go on from a fresh checkout. ``--tiny``
 writes to ``<out>/accuracy-tiny/`` instead. ``--resume`` keeps the runs a table's index already holds
 that ended (completed or diverged) with the same overrides and seed, and runs the rest;
 ``--stop-after MINUTES`` starts no run after that long, so a session ends with whole runs and a
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -97,16 +101,24 @@ def plan(t: str, a) -> list:
 FINAL = ("completed", "diverged")  # a run that ended: what --resume keeps
 
 
-def kept_entries(out: Path) -> dict:
-    """The entries of ``out``'s index whose run ended, by (overrides, seed): what ``--resume`` keeps.
-    Entries from before the index recorded overrides are not matched (they run again)."""
-    idx = out / "index.json"
+def index_path(t: str, a, out: Path) -> Path:
+    """Where table ``t``'s index lives: ``<index-dir>/<t>.json`` with ``--index-dir`` (a folder kept
+    in git, so that a campaign goes on from a fresh checkout), else ``<out>/index.json``."""
+    return workbench.project_path(a.index_dir) / f"{t}.json" if getattr(a, "index_dir", None) else out / "index.json"
+
+
+def kept_entries(idx: Path) -> dict:
+    """The entries of the index ``idx`` whose run ended, by (overrides, seed): what ``--resume``
+    keeps. An entry's status is its stored record's, else its run's summary; entries from before
+    the index recorded overrides are not matched (they run again)."""
     if not idx.exists():
         return {}
     from workbench.runs.store import read_json
     kept = {}
     for e in json.loads(idx.read_text())["entries"]:
-        if "overrides" in e and (read_json(out / e["run"] / "summary.json") or {}).get("status") in FINAL:
+        status = (e["record"]["status"] if "record" in e
+                  else (read_json(idx.parent / e["run"] / "summary.json") or {}).get("status"))
+        if "overrides" in e and status in FINAL:
             kept[(tuple(e["overrides"]), e["seed"])] = e
     return kept
 
@@ -121,13 +133,14 @@ def launch(t: str, a, out: Path, started: float | None = None) -> tuple:
     base.append(f"data.root={workbench.project_path(workbench.compose(base).data.root)}")  # one cache, wherever run from
     todo = plan(t, a)
     cfgs = [[workbench.compose(base + ov + [f"seed={s}"]) for _, ov in todo] for s in range(a.seeds)]  # all checked first
-    kept = kept_entries(out) if a.resume else {}
+    idx = index_path(t, a, out)
+    kept = kept_entries(idx) if a.resume else {}
     entries, missing, ran = [], 0, 0
 
     def save():  # after every run, with the kept runs not reached yet: a killed session loses none
         done = {(tuple(e.get("overrides", ())), e["seed"]) for e in entries}
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "index.json").write_text(json.dumps({"target": a.target, "entries": entries + [
+        idx.parent.mkdir(parents=True, exist_ok=True)
+        idx.write_text(json.dumps({"target": a.target, "entries": entries + [
             e for k, e in kept.items() if k not in done]}, indent=1))
 
     for s, seed_cfgs in enumerate(cfgs):
@@ -139,11 +152,12 @@ def launch(t: str, a, out: Path, started: float | None = None) -> tuple:
                 missing += 1
                 continue
             run = workbench.launch(cfg, progress=False, check=False)
+            rec = acc.record(run.path)
             entries.append({"table": t, "config": cfg_cols, "seed": s, "overrides": ov,
-                            "run": str(run.path.relative_to(out))})
+                            "run": os.path.relpath(run.path, idx.parent), "record": rec})
             ran += 1
             save()
-            suite.progress({**cfg_cols, "seed": s, **acc.measures(run.path, a.target)})
+            suite.progress({**cfg_cols, "seed": s, **acc.measures(rec, a.target)})
     save()
     if a.resume:
         print(f"--resume: ({t}) kept {len(entries) - ran} runs that ended, ran {ran}"
@@ -153,13 +167,14 @@ def launch(t: str, a, out: Path, started: float | None = None) -> tuple:
 
 def load(dirs, target: float | None = None, tol: float = 0.01) -> tuple:
     """``(tables, verdicts)`` from stored tables: each of ``dirs`` (paths or globs, relative to the
-    project root) a directory holding an ``index.json``; ``target`` defaults to the stored one."""
+    project root) a table's index (``--index-dir``'s ``<t>.json``) or a directory holding an
+    ``index.json``; ``target`` defaults to the stored one."""
     import glob
     tables = {}
     for pattern in [dirs] if isinstance(dirs, (str, Path)) else dirs:
         for d in sorted(glob.glob(str(workbench.project_path(str(pattern))), recursive=True)):
             idx = Path(d) / "index.json" if Path(d).is_dir() else Path(d)
-            if idx.name == "index.json" and idx.exists():
+            if idx.suffix == ".json" and idx.exists():
                 stored = json.loads(idx.read_text())
                 tables.update(acc.aggregate(stored["entries"], target or stored["target"], idx.parent))
     return tables, acc.verdicts(tables, tol)
@@ -216,7 +231,10 @@ def figures(tables: dict) -> dict:
 def parse(argv=None):
     p = suite.parser("accuracy", __doc__, "1 000 images, 1 seed, a few steps, 2 configurations a table")
     p.add_argument("--only", default=",".join(TABLES), help="tables to run, e.g. a,c (default: all five)")
-    p.add_argument("--from-runs", action="store_true", help="rebuild the tables from <out>/accuracy/<t>/index.json")
+    p.add_argument("--from-runs", action="store_true", help="rebuild the tables from their indexes")
+    p.add_argument("--index-dir", default=None, metavar="DIR", help="keep each table's index (every run's "
+                   "evaluations) in DIR/<t>.json instead of <out>/accuracy/<t>/index.json: a folder kept in git "
+                   "(experiments/accuracy-runs) lets a campaign go on from a fresh checkout")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--target", type=float, default=0.90, help="target test accuracy")
     p.add_argument("--tolerance", type=float, default=0.01, help="accuracy a claim may lose and still hold")
@@ -271,7 +289,7 @@ def main(argv=None) -> tuple:
     for t in [t for t in TABLES if t in a.only.split(",")]:
         if not a.from_runs:
             missing[t] = launch(t, a, root / t, started)[1]
-        tables.update(load([root / t], a.target)[0])
+        tables.update(load([index_path(t, a, root / t)], a.target)[0])
     notes = acc.verdicts(tables, a.tolerance)
     for t, n in missing.items():
         if n:

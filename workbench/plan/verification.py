@@ -64,10 +64,13 @@ def check_verifiable(bandwidths: Sequence[str]) -> None:
 
 def verify_variant(v: Variant, root: Path, steps: int = VERIFY_STEPS, skip: int = VERIFY_SKIP,
                    bw: str = LOOPBACK, progress: bool = False) -> dict:
-    """Run ``v`` for skip + steps steps here (loopback, or ``emulated:<rate>`` links) and measure rank
+    """Run ``v`` for skip + steps steps here (loopback, or ``emulated:<rate>`` links; ``skip`` at
+    least the paradigm's :attr:`~workbench.spec.ParadigmSpec.steady_after`) and measure rank
     0's step time (the median; the mean over whole periods where the bytes differ by step) and its
     bytes per step by category over the last ``steps`` steps. ``progress``: the launcher's step bar."""
     import workbench
+    from workbench.spec import spec_of
+    skip = max(skip, spec_of(v.cfg.trainer.name).steady_after(v.cfg))  # e.g. PowerSGD's start under BMUF, in rounds
     cfg = workbench.compose([*v.overrides, *network_overrides(bw), f"trainer.max_steps={skip + steps}",
                              "trainer.eval_every=100000", "trainer.progress=false", "checkpoint.every=0",
                              f"output_root={root}"])

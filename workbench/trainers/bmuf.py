@@ -277,6 +277,14 @@ def _block_bytes(cfg, summary, shapes) -> float:
     return cls.sent_bytes(cls.payload_bytes_of_shapes(comp, shapes, buckets), len(buckets), n) / block
 
 
+def _block_steady(cfg) -> int:
+    """A compressor's ``start_iter`` counts averaging rounds here: its first compressed round is
+    over after (start_iter + 1) blocks (the first one may set up its state)."""
+    comp = cfg.get("compressor")
+    start = int(comp.get("start_iter", 0) or 0) if comp is not None and comp.name != "none" else 0
+    return (start + 1) * int(cfg.trainer.block) if start else 0
+
+
 def _block_loops(cfg) -> dict:
     # the ranks re-align once a block, not every step, and the block's sync is work of its own
     # (paradigms.bmuf): the loop with it, as this trainer runs it
@@ -286,4 +294,4 @@ def _block_loops(cfg) -> dict:
 
 for _name in ("bmuf", "local_sgd"):  # local SGD is BMUF with eta = 0, zeta = 1: the same model and loop
     declare(ParadigmSpec(_name, perf_model=_bmuf_model, profile_loops=_block_loops, analytic_bytes=_block_bytes,
-                         plan_variants=lambda ranks, n=_name: _block_variants(n, ranks)))
+                         steady_after=_block_steady, plan_variants=lambda ranks, n=_name: _block_variants(n, ranks)))
