@@ -32,6 +32,9 @@ splits them into CONV and FC workers)::
   ``bmuf+`` every ``bmuf+<compressor>``, ``ps+`` every compressed parameter-server row,
   ``ps/sync+topk`` that one).
 - ``trainer=X`` among the overrides plans only X's variants, with your ``trainer.*`` keys.
+- ``--target-accuracy 0.9 --reference RUN``: each row's steps and time to that test accuracy, from a
+  ``trainer=sync`` run of the same model and data that reached it (its steps and gradient noise
+  scale; :mod:`workbench.plan.to_target`, docs/time_to_target.md), and the rows ranked by that time.
 
 What it prints per (workers, bandwidth): rank, paradigm (the dashboards' label), predicted step
 time and samples/s, bytes per worker per step (rank 0, every meter category, sent), the bottleneck
@@ -46,7 +49,9 @@ plans the other rows and prints one line per row left out. Variants that differ 
 predicted_step_s, predicted_samples_per_s, predicted_bytes_per_step`` (bytes sent per worker per
 step), ``predicted_bytes_by_category``, ``bottleneck``, ``crossover_bps``, and with ``--verify``
 ``measured_step_s, measured_bytes_per_step, measured_bytes_by_category, error`` (predicted /
-measured − 1, of the step time) and ``bytes_error``. A verification runs 12 warm-up steps, then
+measured − 1, of the step time) and ``bytes_error``. A verification runs 12 warm-up steps (more
+where a paradigm's steady state starts later: PowerSGD under BMUF compresses from its
+``start_iter``-th average), then
 whole periods of 8 steps (BMUF's block, EASGD's period) filling about a second of predicted
 steps (at most 400), and measures rank 0's median step (the mean where the bytes vary by step).
 While it runs, a bar goes across the paradigms with each run's step bar under it (a terminal, a
@@ -54,7 +59,8 @@ notebook); in a log, one line per paradigm: ``verify i/N: <paradigm> … (about 
 
 Layout: :mod:`~workbench.plan.rows` (the variants, the cluster of each bandwidth, the predicted
 rows), :mod:`~workbench.plan.tables` (the text), :mod:`~workbench.plan.verification` (the runs
-here), :mod:`~workbench.plan.cli` (the command line).
+here), :mod:`~workbench.plan.to_target` (time to a target accuracy), :mod:`~workbench.plan.cli` (the
+command line).
 
 At scale (``--workers 30,64,1024``): on a link, the asynchronous paradigms (``ps/async``,
 ``staleness/n=…``, ``easgd/async``) come from the discrete-event simulator (:mod:`workbench.sim`:

@@ -51,6 +51,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--save-profile", default=None, help="also write the profile used to this file")
     ap.add_argument("--speedup", type=float, default=1.0, help="divide the profile's compute by this (faster hardware)")
     ap.add_argument("--refresh-profile", action="store_true", help="measure the profile again")
+    ap.add_argument("--target-accuracy", type=float, default=None, metavar="ACC", help="also predict each "
+                    "paradigm's steps and time to this test accuracy and rank by time to it (needs --reference)")
+    ap.add_argument("--reference", default=None, metavar="RUN", help="a trainer=sync run directory of this model "
+                    "and data (2+ workers) that reached the target: its steps and gradient noise scale")
     return ap
 
 
@@ -72,6 +76,8 @@ def main(argv=None) -> int:
         import workbench
         shared, _, _ = _split_overrides(a.overrides)
         base = workbench.compose(shared)
+        from workbench.plan.to_target import check_args
+        ref = check_args(a.target_accuracy, a.reference, base)  # read before anything is profiled
         from workbench.data import fetch
         fetch(base)  # data.download=true: the files, once, before the profile's ranks start
         prof = load_profile(a.profile, base) if a.profile else None
@@ -85,6 +91,10 @@ def main(argv=None) -> int:
         return 1
     if a.save_profile:
         prof.save(a.save_profile)
+    if ref is not None:
+        from workbench.plan.to_target import header, with_target
+        rows = with_target(rows, vs, a.reference, a.target_accuracy)
+        print(header(ref))
     if a.verify:
         root = Path(base.output_root) / "plan-verify"
         rows = verify(rows, vs, root, log=lambda s: print(s, file=sys.stderr, flush=True))

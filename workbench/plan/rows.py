@@ -317,16 +317,23 @@ def simulated(v: Variant, prof: Profile, cl: Cluster) -> dict:
 
 def plan(cfg_or_overrides=None, bandwidths: Sequence[str] = DEFAULT_BANDWIDTHS, workers: Optional[Sequence[int]] = None,
          profile: Optional[Profile] = None, speedup: float = 1.0, latency: str = "50us", only: Sequence[str] = (),
-         root: Optional[str] = None, log: Callable[[str], None] = lambda s: None):
+         root: Optional[str] = None, log: Callable[[str], None] = lambda s: None,
+         target_accuracy: Optional[float] = None, reference: Optional[str] = None):
     """The ranked plan as a DataFrame (one row per workers × bandwidth × paradigm).
 
     ``cfg_or_overrides``: Hydra overrides (a list) or a composed config (its overrides are taken
     from the model, data and cluster it names). ``profile``: a :class:`Profile` to plan from (default:
-    this machine's, measured and cached)."""
+    this machine's, measured and cached). ``target_accuracy`` with ``reference`` (a ``trainer=sync``
+    run directory that reached it): each row's steps and time to the target, ranked by that time
+    (:mod:`workbench.plan.to_target`)."""
     import pandas as pd
+
+    from workbench.plan.to_target import check_args, with_target
+    check_args(target_accuracy, reference)
     overrides = _overrides_of(cfg_or_overrides)
-    rows, _ = _plan_rows(overrides, parse_bandwidths(list(bandwidths)), workers, profile, speedup, latency, only, root, log)
-    return pd.DataFrame(rows)
+    rows, (vs, _) = _plan_rows(overrides, parse_bandwidths(list(bandwidths)), workers, profile, speedup, latency, only,
+                               root, log)
+    return pd.DataFrame(with_target(rows, vs, reference, target_accuracy) if reference else rows)
 
 
 def _overrides_of(cfg_or_overrides) -> List[str]:

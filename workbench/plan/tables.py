@@ -11,6 +11,7 @@ import math
 import statistics
 from typing import Dict, List, Sequence, Tuple
 
+from workbench.perfmodel.efficiency import NO_LAW
 from workbench.perfmodel.profile import Profile
 from workbench.plan.rows import LOOPBACK
 
@@ -37,13 +38,20 @@ def family(label: str) -> str:
     return f"{head}=*{plus}{comp}" if eq and value.isdigit() else label
 
 
+def _key(r: dict) -> tuple:
+    """Better first: the shorter predicted time to target where there is one, then more samples/s."""
+    t = r.get("predicted_time_to_target_s", 0.0)
+    return (math.inf if t is None else t, -r["predicted_samples_per_s"])
+
+
 def family_best(rows: List[dict]) -> Dict[str, Tuple[dict, int]]:
-    """Each family of ``rows``: its best row (highest predicted samples/s) and how many rows it has."""
+    """Each family of ``rows``: its best row (shortest predicted time to target with
+    ``--target-accuracy``, else highest predicted samples/s) and how many rows it has."""
     best: Dict[str, Tuple[dict, int]] = {}
     for r in rows:
         f = family(r["paradigm"])
         top, n = best.get(f, (r, 0))
-        best[f] = (r if r["predicted_samples_per_s"] > top["predicted_samples_per_s"] else top, n + 1)
+        best[f] = (r if _key(r) < _key(top) else top, n + 1)
     return best
 
 
@@ -56,11 +64,14 @@ def table(rows: List[dict], prof: Profile, all_rows: bool = False) -> str:
         link = f"loopback ({_rate(8 * prof.beta)} measured)" if bw == LOOPBACK else bw
         out.append(f"\n{w} ranks, {link}:")
         verify_cols = any("measured_step_s" in r for r in rs)
-        head = f"{'#':>3}  {'paradigm':<22} {'step ms':>9} {'samples/s':>10}  {'bottleneck':<10}  {'crossover':<12}  MiB/step sent (by category)"
+        target = any("predicted_time_to_target_s" in r for r in rs)
+        head = (f"{'#':>3}  {'paradigm':<22} {'step ms':>9} {'samples/s':>10}  "
+                + (f"{'steps→T':>8} {'time→T':>9}  " if target else "")
+                + f"{'bottleneck':<10}  {'crossover':<12}  MiB/step sent (by category)")
         if verify_cols:
             head += "  | measured ms  error   bytes"
         out.append(head)
-        best = family_best(rs)
+        best, notes = family_best(rs), []
         starred = {id(top): n for top, n in best.values() if n > 1}
         shown = rs if all_rows else [r for r in rs if best[family(r["paradigm"])][0] is r]
         for i, r in enumerate(shown):
@@ -68,7 +79,10 @@ def table(rows: List[dict], prof: Profile, all_rows: bool = False) -> str:
             cross = _rate(r["crossover_bps"]) if compressing else ""
             name = r["paradigm"] + (" *" if id(r) in starred else "")
             line = (f"{r['rank'] if all_rows else i + 1:>3}  {name:<22} {1e3 * r['predicted_step_s']:>9.2f} {r['predicted_samples_per_s']:>10.1f}  "
-                    f"{r['bottleneck']:<10}  {cross:<12}  {_bytes(r['predicted_bytes_by_category'])}")
+                    + (_to_target(r) if target else "")
+                    + f"{r['bottleneck']:<10}  {cross:<12}  {_bytes(r['predicted_bytes_by_category'])}")
+            if target and r.get("to_target_note"):
+                notes.append(None if NO_LAW in r["to_target_note"] else f"{r['paradigm']}: {r['to_target_note']}")
             if "mean_staleness" in r:
                 line += f"  ⟨τ⟩ {r['mean_staleness']:.1f}, max τ {r['max_staleness']} (simulated)"
             if "measured_step_s" in r:
@@ -77,6 +91,11 @@ def table(rows: List[dict], prof: Profile, all_rows: bool = False) -> str:
             elif "measured_status" in r:
                 line += f"  | run {r['measured_status']}"
             out.append(line)
+        unmodelled = sorted({family(r["paradigm"]).split("+")[0] for r in rs
+                             if NO_LAW in str(r.get("to_target_note", ""))})
+        if unmodelled:
+            out.append(f"     —: no time to target: no statistical-efficiency law yet for {', '.join(unmodelled)}")
+        out += [f"     {n}" for n in dict.fromkeys(n for n in notes if n)]
         if starred:
             fams = ", ".join(f"{f} ({n})" for f, (_, n) in best.items() if n > 1)
             out.append(f"     * the best of its family here: {fams}" +
@@ -87,6 +106,17 @@ def table(rows: List[dict], prof: Profile, all_rows: bool = False) -> str:
         out.append(f"\nstep time |error|: median {100 * med:.1f} %, 90th percentile {100 * p90:.1f} % "
                    f"over {len(errs)} runs; bytes exact in {sum(r.get('bytes_error') == 0 for r in rows)}/{len(errs)}")
     return "\n".join(out)
+
+
+def _to_target(r: dict) -> str:
+    steps, t = r.get("predicted_steps_to_target"), r.get("predicted_time_to_target_s")
+    if steps is None:
+        return f"{'—':>8} {'—':>9}  "
+    return f"{steps:>8,} {_duration(t):>9}  "
+
+
+def _duration(s: float) -> str:
+    return f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
 
 
 def error_quantiles(errors: Sequence[float]) -> Tuple[float, float]:

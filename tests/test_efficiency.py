@@ -1,0 +1,130 @@
+"""The statistical-efficiency model (workbench.perfmodel.efficiency, workbench.plan.to_target): its laws against hand
+computations, the reference read from a real run, each compressor's measured update against its
+expectation, and the planner's --target-accuracy (bad input before anything is profiled; a plan
+ranked by time to target in the slow tier)."""
+import json
+import math
+
+import pytest
+import torch
+
+import workbench
+from conftest import launch_run
+from workbench.perfmodel import efficiency as ef
+from workbench.plan.to_target import reference_from_run
+from workbench.plan.update_stats import update_stats
+
+REF = ef.Reference(batch=128, steps=675, noise_scale=187.0, target=0.9, workers=4)
+
+
+def test_the_batch_law_passes_through_the_reference_and_tends_to_s_min():
+    assert ef.steps_to_target(REF, 128)[0] == pytest.approx(675)
+    assert REF.s_min == pytest.approx(675 / (1 + 187 / 128))
+    s = [ef.steps_to_target(REF, b)[0] for b in (64, 128, 256, 1024, 10 ** 6)]
+    assert s == sorted(s, reverse=True) and s[-1] == pytest.approx(REF.s_min, rel=1e-3)
+    assert s[0] == pytest.approx(REF.s_min * (1 + 187 / 64))  # McCandlish's S = S_min (1 + B_noise / B)
+
+
+def test_the_compression_law_by_hand():
+    st = ef.UpdateStats(rho=0.5, omega=3.0)
+    noise = (1 + 3.0) * 187 / 128 + 3.0 / 4
+    assert ef.steps_to_target(REF, 128, st, 4)[0] == pytest.approx(REF.s_min * (1 + noise) / (0.5 * 1.5))
+    # error feedback keeps SGD's rate whatever the message; no progress at rho <= 0 or rho >= 2
+    assert ef.steps_to_target(REF, 128, ef.UpdateStats(0.01, 99, error_feedback=True), 4)[0] == pytest.approx(675)
+    for rho in (0.0, 2.0, 3.5):
+        steps, why = ef.steps_to_target(REF, 128, ef.UpdateStats(rho, 0.0), 4)
+        assert steps is None and "rho" in why
+    # the planner's labels: synchronous ones modelled, the others say why not
+    assert ef.predict(REF, "ps/sync", 96, 3)[0] == pytest.approx(REF.s_min * (1 + 187 / 96))
+    assert ef.predict(REF, "compressed/topk", 128, 4)[0] is None  # a compressor needs its measured update
+    for label in ("ps/async", "staleness/n=2", "bmuf+powersgd", "stanza/n_f=1", "easgd/async"):
+        steps, why = ef.predict(REF, label, 128, 4, ef.UpdateStats())
+        assert steps is None and ef.NO_LAW in why
+
+
+def test_the_reference_is_the_first_evaluation_at_target_and_the_median_noise_scale_up_to_it():
+    evals = [[10, 1.0, 0.5, 40.0], [20, 2.0, 0.8, float("nan")], [30, 3.0, 0.91, 60.0], [40, 4.0, 0.95, 900.0]]
+    ref = ef.reference_from_evals(evals, 64, 0.9, workers=2)
+    assert (ref.steps, ref.noise_scale, ref.batch) == (30, 50.0, 64)
+    with pytest.raises(ValueError, match="never reached 99.0%"):
+        ef.reference_from_evals(evals, 64, 0.99)
+    with pytest.raises(ValueError, match="no gradient noise scale"):
+        ef.reference_from_evals([[e[0], e[1], e[2], None] for e in evals], 64, 0.9)
+
+
+def _ccfg(name, *overrides):
+    return workbench.compose([f"compressor={name}", *overrides]).compressor
+
+
+def test_each_compressors_update_against_its_expectation():
+    g = torch.Generator().manual_seed(0)
+    shapes = [(64, 32, 3, 3), (64,), (10, 4096)]
+    n = sum(math.prod(s) for s in shapes)
+    grads = [torch.randn(n, generator=g) for _ in range(6)]
+    fp16 = update_stats(_ccfg("fp16"), grads, shapes)
+    assert fp16.rho == pytest.approx(1, abs=1e-5) and fp16.omega < 1e-6 and not fp16.error_feedback
+    # Random-K without rescaling keeps k of the coordinates: rho = k, omega = (1 - k) / k in expectation
+    rk = update_stats(_ccfg("randomk", "compressor.k=0.05"), grads, shapes)
+    assert rk.rho == pytest.approx(0.05, rel=0.05) and rk.omega == pytest.approx(0.95 / 0.05, rel=0.05)
+    # QSGD is unbiased: rho = 1, its variance positive
+    q = update_stats(_ccfg("qsgd"), grads, shapes)
+    assert q.rho == pytest.approx(1, abs=0.02) and q.omega > 0
+    assert update_stats(_ccfg("topk"), grads, shapes) == ef.UpdateStats(error_feedback=True)
+    assert update_stats(_ccfg("powersgd", "compressor.error_feedback=false"), grads, shapes) is None
+
+
+@pytest.fixture(scope="module")
+def reference_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ref")
+    run = launch_run(["cluster.nproc=2", "trainer.max_steps=40", "trainer.eval_every=5", "data.global_batch_size=32",
+                      "trainer.progress=false", f"output_root={out}"])
+    return run.path
+
+
+def test_a_real_sync_run_gives_a_reference(reference_run):
+    ref = reference_from_run(reference_run, 0.5)
+    assert ref.batch == 32 and ref.workers == 2 and 0 < ref.steps <= 40 and ref.noise_scale > 0
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--target-accuracy", "0.9"], "go together"),
+    (["--target-accuracy", "1.5", "--reference", "RUN"], "--target-accuracy"),
+    (["--target-accuracy", "0.9", "--reference", "/nonexistent"], "not a run directory"),
+    (["--target-accuracy", "0.999", "--reference", "RUN"], "never reached"),
+    (["model=vgg16", "--target-accuracy", "0.5", "--reference", "RUN"], "its model.name is small_cnn"),
+])
+def test_target_accuracy_bad_input_is_one_line_before_profiling(reference_run, tmp_path, capsys, args, says):
+    from workbench.plan import main
+    args = [str(reference_run) if a == "RUN" else a for a in args]
+    assert main([f"output_root={tmp_path}", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and says in err, err
+    assert not (tmp_path / "profiles").exists()
+
+
+@pytest.mark.slow
+def test_the_plan_ranks_by_time_to_target(reference_run, tmp_path, capsys):
+    from workbench.plan import main, plan
+    out = tmp_path / "plan.json"
+    assert main(["cluster.nproc=2", "data.global_batch_size=32", f"output_root={tmp_path}", "--bandwidth", "1gbit",
+                 "--only", "sync,compressed/randomk,compressed/topk,ps/async", "--target-accuracy", "0.5",
+                 "--reference", str(reference_run), "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "steps→T" in text and "no statistical-efficiency law yet for ps/async" in text
+    rows = {r["paradigm"]: r for r in json.loads(out.read_text())["rows"]}
+    ref = reference_from_run(reference_run, 0.5)
+    assert rows["sync"]["predicted_steps_to_target"] == ref.steps  # the reference's own configuration
+    assert rows["compressed/topk"]["predicted_steps_to_target"] == ref.steps  # error feedback: SGD's rate
+    # Random-K at its defaults (no error feedback, no rescaling) needs many more steps: ranked after both
+    assert rows["compressed/randomk"]["predicted_steps_to_target"] > 20 * ref.steps
+    assert rows["compressed/randomk"]["rank"] > max(rows["sync"]["rank"], rows["compressed/topk"]["rank"])
+    assert rows["ps/async"]["predicted_time_to_target_s"] is None and rows["ps/async"]["rank"] == 4
+    for r in rows.values():
+        if r["predicted_steps_to_target"] is not None:
+            assert r["predicted_time_to_target_s"] == pytest.approx(
+                r["predicted_step_s"] * r["predicted_steps_to_target"], rel=1e-3)
+    # the notebooks' API: the same rows
+    df = plan(["cluster.nproc=2", "data.global_batch_size=32", f"output_root={tmp_path}"], bandwidths=["1gbit"],
+              only=["sync", "compressed/randomk"], target_accuracy=0.5, reference=str(reference_run))
+    assert list(df["paradigm"]) == ["sync", "compressed/randomk"]
+    assert df["predicted_steps_to_target"].iloc[0] == ref.steps

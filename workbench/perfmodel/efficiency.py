@@ -1,0 +1,110 @@
+"""Statistical efficiency: the steps a paradigm needs to reach a target accuracy, from one reference
+run of the user's own model and data (``trainer=sync`` on two or more workers, which logs the
+gradient noise scale B_noise per evaluation, docs/accuracy.md). Time to target is these steps times
+the step-time model's step (:mod:`workbench.plan`).
+
+The reference gives B₀ (its global batch), S₀ (its steps to the target) and B_noise (the median of
+its logged noise scale over the evaluations up to the target). Each law below is a claim with its
+source and the table of the accuracy suite that tests it (docs/time_to_target.md):
+
+*Global batch* (McCandlish et al. 2018, eq. 2.11): with the learning rate scaled to the batch,
+``S(B) = S_min · (1 + B_noise / B)``, ``S_min = S₀ / (1 + B_noise / B₀)``. Tested by table (b).
+
+*A compressor without error feedback*: its decoded message ``C(g) = ρ g + ξ``, measured on the
+reference model's own gradients (:mod:`workbench.plan.update_stats`: ``ρ = E⟨C(g), g⟩ / E|g|²``,
+``ω = E|ξ|² / (ρ² E|g|²)``). The update is SGD at ρ times the rate with extra noise: each of the N
+workers' messages adds ω times its gradient's squared norm, ``E|g_b|² = |G|² + tr Σ / b``, so the
+step's noise ``tr Σ / B`` becomes ``(1 + ω) tr Σ / B + ω |G|² / N`` (independent workers), and in
+McCandlish's quadratic model a step at ρ times the optimal rate gains ``ρ (2 − ρ)`` of the optimal
+step's progress:
+
+    S = S_min · (1 + (1 + ω) B_noise / B + ω / N) / (ρ (2 − ρ))      (ρ ≥ 2: does not converge)
+
+*A compressor with error feedback*: ``S = S(B)``. Error feedback applies what compression dropped in
+later steps, and EF-SGD keeps SGD's rate, compression entering only higher-order terms (Stich et al.
+2018, Karimireddy et al. 2019). Tested, with the law above, by table (e).
+
+Staleness (parameter server, n-softsync, SSP), model averaging (local SGD, BMUF, EASGD) and Stanza
+have no law here yet: their rows say "not modelled".
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+SYNCHRONOUS = ("sync", "compressed", "ps/sync")  # paradigms whose update is one global batch's gradient
+NO_LAW = "has no law here yet"
+
+
+@dataclass(frozen=True)
+class Reference:
+    """One synchronous run that reached the target: its global batch, steps to target, noise scale."""
+
+    batch: int
+    steps: int
+    noise_scale: float
+    target: float
+    workers: int = 1
+    source: str = ""
+
+    @property
+    def s_min(self) -> float:
+        """S_min: the steps an infinitely large batch would need (McCandlish's eq. 2.11)."""
+        return self.steps / (1 + self.noise_scale / self.batch)
+
+
+@dataclass(frozen=True)
+class UpdateStats:
+    """How a compressor's decoded message relates to the gradient: ``C(g) = rho g + xi`` with
+    ``E|xi|^2 = omega rho^2 E|g|^2``; with error feedback, rho = 1 and omega = 0 by assumption."""
+
+    rho: float = 1.0
+    omega: float = 0.0
+    error_feedback: bool = False
+
+
+def reference_from_evals(evals, batch: int, target: float, workers: int = 1, source: str = "") -> Reference:
+    """A :class:`Reference` from a run's evaluations ``[[step, time, accuracy, noise_scale], ...]``
+    (:func:`workbench.analysis.accuracy.record`): its first step at or above ``target`` and the
+    median finite noise scale up to it. ValueError, in one line, where it never reached the target
+    or logged no noise scale."""
+    hit = next((e for e in evals if e[2] >= target), None)
+    if hit is None:
+        best = max((e[2] for e in evals), default=float("nan"))
+        raise ValueError(f"the run never reached {target:.1%} (best {best:.1%}): "
+                         f"run it longer or lower the target")
+    gns = [e[3] for e in evals if e[0] <= hit[0] and isinstance(e[3], (int, float)) and math.isfinite(e[3]) and e[3] > 0]
+    if not gns:
+        raise ValueError(f"the run logged no gradient noise scale up to the target "
+                         f"(trainer=sync on 2 or more workers, trainer.noise_scale=true, evaluations before step {hit[0]})")
+    return Reference(batch=int(batch), steps=int(hit[0]), noise_scale=float(statistics.median(gns)),
+                     target=float(target), workers=int(workers), source=source)
+
+
+def steps_to_target(ref: Reference, batch: int, stats: UpdateStats = UpdateStats(),
+                    workers: int = 1) -> Tuple[Optional[float], str]:
+    """Predicted steps to ``ref.target`` at global ``batch`` over ``workers`` workers whose messages
+    go through a compressor with ``stats``; None with the reason where it predicts none."""
+    rho, omega = (1.0, 0.0) if stats.error_feedback else (stats.rho, stats.omega)
+    if not rho > 0:
+        return None, "the compressor's message has no component along the gradient (rho <= 0)"
+    if rho >= 2:
+        return None, f"the compressor's step is {rho:.3g}x the rate (rho >= 2: no progress in the quadratic model)"
+    noise = (1 + omega) * ref.noise_scale / batch + omega / max(1, workers)
+    return ref.s_min * (1 + noise) / (rho * (2 - rho)), ""
+
+
+def predict(ref: Reference, paradigm: str, batch: int, workers: int,
+            stats: Optional[UpdateStats] = None) -> Tuple[Optional[float], str]:
+    """Steps to target of a planner row (``paradigm`` its label, ``batch`` the global batch of one
+    update, ``workers`` the processes that compute gradients), or None with the reason."""
+    base = paradigm.split("+")[0]
+    if not any(base == p or base.startswith(p + "/") for p in SYNCHRONOUS):
+        return None, f"not modelled: {base.split('/')[0]}'s statistical efficiency {NO_LAW}"
+    if "+" in paradigm or base.startswith("compressed/"):
+        if stats is None:
+            return None, "not modelled: the compressor's update was not measured"
+        return steps_to_target(ref, batch, stats, workers)
+    return steps_to_target(ref, batch)

@@ -1,0 +1,129 @@
+"""``--target-accuracy``: each planned row's steps and time to a target accuracy, from a reference
+run of the same model and data (:mod:`workbench.perfmodel.efficiency`), and the rows ranked by
+time to target instead of samples/s.
+
+A row's update is ``predicted_samples_per_s × predicted_step_s`` samples (its global batch); the
+workers whose gradients it holds are that over the per-worker batch. Rows gain
+``predicted_steps_to_target``, ``predicted_time_to_target_s`` (None where the model predicts none)
+and ``to_target_note`` (why none: "not modelled: …", or a compressor that does not converge)."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from workbench.core import ConfigError
+from workbench.perfmodel.efficiency import Reference, UpdateStats, predict, reference_from_evals
+
+
+def reference_from_run(run_dir, target: float) -> Reference:
+    """:func:`~workbench.perfmodel.efficiency.reference_from_evals` of a run directory (its config
+    gives the global batch)."""
+    from workbench.analysis.accuracy import record
+    from workbench.data import global_batch_size
+    from workbench.runs.handle import Run
+    if not (Path(run_dir) / "config.yaml").is_file():
+        raise ValueError("not a run directory (no config.yaml)")
+    run = Run(run_dir)
+    cfg = run.config
+    if cfg.trainer.name != "sync":
+        raise ValueError(f"it is a trainer={cfg.trainer.name} run: use a trainer=sync run")
+    n = int(cfg.cluster.nproc)
+    return reference_from_evals(record(run_dir)["evals"], global_batch_size(cfg, n), target, n, str(run_dir))
+
+
+def load_reference(run_dir: str, target: float, cfg=None) -> Reference:
+    """The reference of ``--reference RUN`` at ``target`` (of the model and data of ``cfg``, where
+    given), or one ConfigError line."""
+    if not 0 < target < 1:
+        raise ConfigError(f"invalid value {target!r} for --target-accuracy: a test accuracy in (0, 1), e.g. 0.9")
+    try:
+        ref = reference_from_run(run_dir, target)
+    except (OSError, ValueError, KeyError) as e:
+        raise ConfigError(f"invalid value {run_dir!r} for --reference: {e}") from None
+    if cfg is not None:
+        from workbench.runs.handle import Run
+        theirs = Run(run_dir).config
+        for key in ("model.name", "data.name"):
+            mine, other = _get(cfg, key), _get(theirs, key)
+            if mine != other:
+                raise ConfigError(f"invalid value {run_dir!r} for --reference: its {key} is {other}, the plan's {mine}")
+    return ref
+
+
+def _get(cfg, key: str):
+    from omegaconf import OmegaConf
+    return OmegaConf.select(cfg, key)
+
+
+def compressor_stats(run_dir: str, vs_by_workers: Dict[int, list]) -> Dict[str, Optional[UpdateStats]]:
+    """:func:`workbench.plan.update_stats.update_stats` of every compressor the variants plan
+    (by its config), on the reference run's gradients (measured once)."""
+    from omegaconf import OmegaConf
+
+    from workbench.plan.update_stats import reference_gradients, update_stats
+    configs = {OmegaConf.to_yaml(v.cfg.compressor): v.cfg.compressor for vs in vs_by_workers.values() for v in vs
+               if _compressor(v) is not None}
+    if not configs:
+        return {}
+    grads, shapes = reference_gradients(run_dir)
+    return {k: update_stats(c, grads, shapes) for k, c in configs.items()}
+
+
+def _compressor(v) -> Optional[str]:
+    c = v.cfg.get("compressor")
+    return c.name if c is not None and c.name != "none" and ("+" in v.label or v.label.startswith("compressed/")) else None
+
+
+def add_to_target(rows: List[dict], vs_by_workers: Dict[int, list], ref: Reference,
+                  stats: Dict[str, Optional[UpdateStats]]) -> List[dict]:
+    """Each row's steps and time to ``ref.target``, in place; each (workers, bandwidth) group ranked
+    again by predicted time to target (rows with none last, by samples/s)."""
+    from omegaconf import OmegaConf
+
+    from workbench.data import batch_size_per_worker
+    by_label = {(w, v.label): v for w, vs in vs_by_workers.items() for v in vs}
+    for r in rows:
+        v = by_label[(r["workers"], r["paradigm"])]
+        batch = r["predicted_samples_per_s"] * r["predicted_step_s"]
+        workers = max(1, round(batch / batch_size_per_worker(v.cfg, r["workers"])))
+        st = stats.get(OmegaConf.to_yaml(v.cfg.compressor)) if _compressor(v) else None
+        steps, why = predict(ref, r["paradigm"], round(batch), workers, st)
+        r["predicted_steps_to_target"] = None if steps is None else round(steps)
+        r["predicted_time_to_target_s"] = None if steps is None else steps * r["predicted_step_s"]
+        r["to_target_note"] = why
+    groups: Dict[tuple, List[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["workers"], r["bandwidth"]), []).append(r)
+    out = []
+    for group in groups.values():
+        group.sort(key=lambda r: (math.inf if r["predicted_time_to_target_s"] is None else r["predicted_time_to_target_s"],
+                                  -r["predicted_samples_per_s"]))
+        for i, r in enumerate(group, 1):
+            r["rank"] = i
+        out += group
+    return out
+
+
+def with_target(rows: List[dict], vs_by_workers: Dict[int, list], reference: str, target: float) -> List[dict]:
+    """``rows`` with their steps and time to ``target`` from the ``reference`` run (a run directory),
+    ranked by time to target (:func:`add_to_target`)."""
+    ref = load_reference(reference, target)
+    return add_to_target(rows, vs_by_workers, ref, compressor_stats(reference, vs_by_workers))
+
+
+def check_args(target: Optional[float], reference: Optional[str], cfg=None) -> Optional[Reference]:
+    """Both or neither of ``--target-accuracy`` and ``--reference``; the reference, read and checked
+    against ``cfg``'s model and data (one ConfigError line), or None."""
+    if target is None and not reference:
+        return None
+    if target is None or not reference:
+        raise ConfigError("--target-accuracy and --reference go together: the target, and a trainer=sync run of "
+                          "this model and data that reached it")
+    return load_reference(reference, target, cfg)
+
+
+def header(ref: Reference) -> str:
+    """One line naming the reference and its parameters."""
+    return (f"time to {ref.target:.0%}: reference {ref.source} (global batch {ref.batch}, {ref.steps} steps to "
+            f"target, B_noise {ref.noise_scale:.0f}, S_min {ref.s_min:.0f}); docs/time_to_target.md")

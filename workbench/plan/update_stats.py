@@ -1,0 +1,80 @@
+"""A compressor's decoded message against the gradient it stands for, measured on a model's own
+gradients: ``C(g) = rho g + xi`` (:class:`workbench.perfmodel.efficiency.UpdateStats`), what the
+efficiency model's compression law takes.
+
+The gradients are those of the reference run's final weights (``model.pt``) on ``batches`` of its
+per-worker batch from its training set, cut into DDP's buckets (25 MiB of float32, whole
+parameters, :func:`workbench.perfmodel.paradigms.compressed_messages.delta_buckets`); each bucket
+goes through the compressor's ``encode`` and ``local`` as one rank of one would send it:
+
+    rho   = sum <C(g), g> / sum |g|^2
+    omega = sum |C(g) - rho g|^2 / (rho^2 sum |g|^2)
+
+A compressor with error feedback is not measured: the law assumes it keeps SGD's rate. One that
+reduces in several collectives (PowerSGD) has no one-rank message without error feedback: None.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import torch
+
+from workbench.perfmodel.efficiency import UpdateStats
+
+
+def reference_gradients(run_dir, batches: int = 8, seed: int = 0) -> tuple:
+    """(flat gradients, parameter shapes) of the run's final weights on ``batches`` per-worker batches
+    drawn from its training set with ``seed``."""
+    from workbench.data import batch_size_per_worker, load
+    from workbench.models import build_model
+    from workbench.runs.handle import Run
+    cfg = Run(run_dir).config
+    train, _, spec = load(cfg)
+    model = build_model(cfg, spec)
+    model.load_state_dict(torch.load(Path(run_dir) / "model.pt", map_location="cpu"))
+    b = batch_size_per_worker(cfg, int(cfg.cluster.nproc))
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(batches):
+        idx = torch.randint(len(train), (b,), generator=g).tolist()
+        x = torch.stack([train[i][0] for i in idx])
+        y = torch.as_tensor([int(train[i][1]) for i in idx])
+        model.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        out.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]).detach().clone())
+    return out, [tuple(p.shape) for p in model.parameters()]
+
+
+def update_stats(ccfg, grads: List[torch.Tensor], shapes) -> Optional[UpdateStats]:
+    """``rho`` and ``omega`` of compressor config ``ccfg`` (``cfg.compressor``) on ``grads``."""
+    from workbench.compress import COMPRESSORS
+    from workbench.compress.base import BucketInfo, Compressor
+    from workbench.perfmodel.paradigms.compressed_messages import delta_buckets
+    if bool(ccfg.get("error_feedback", False)):
+        return UpdateStats(error_feedback=True)
+    cls = COMPRESSORS[ccfg.name]
+    if cls.reduce is not Compressor.reduce:  # several collectives: no one-rank message
+        return None
+    comp = cls(ccfg, 0, 1, 0)
+    buckets = delta_buckets(shapes)
+    sizes = [sum(math.prod(s) for s in b) for b in buckets]
+    dot = sq = csq = 0.0
+    for step, g in enumerate(grads):
+        for i, (x, b) in enumerate(zip(torch.split(g, sizes), buckets)):
+            info = BucketInfo(index=i, step=step, rank=0, world=1, shapes=tuple(torch.Size(s) for s in b))
+            payload, ctx = comp.encode(x.clone(), info)
+            c = comp.local(payload, ctx, info).to(torch.float64)
+            x = x.to(torch.float64)
+            dot, sq, csq = dot + float(c @ x), sq + float(x @ x), csq + float(c @ c)
+    rho = dot / sq
+    omega = (csq - 2 * rho * dot + rho * rho * sq) / (rho * rho * sq) if rho else math.inf
+    return UpdateStats(rho=rho, omega=max(0.0, omega))
+
+
+def measure(run_dir, compressors: Dict[str, object], batches: int = 8) -> Dict[str, Optional[UpdateStats]]:
+    """:func:`update_stats` of every compressor config in ``compressors`` (name -> ``cfg.compressor``)
+    on the reference run's gradients."""
+    grads, shapes = reference_gradients(run_dir, batches)
+    return {name: update_stats(c, grads, shapes) for name, c in compressors.items()}
