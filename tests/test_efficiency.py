@@ -128,3 +128,34 @@ def test_the_plan_ranks_by_time_to_target(reference_run, tmp_path, capsys):
               only=["sync", "compressed/randomk"], target_accuracy=0.5, reference=str(reference_run))
     assert list(df["paradigm"]) == ["sync", "compressed/randomk"]
     assert df["predicted_steps_to_target"].iloc[0] == ref.steps
+
+
+@pytest.mark.slow
+def test_verify_runs_each_paradigm_to_the_target(reference_run, tmp_path, capsys):
+    """--verify with --target-accuracy: each row here run to the target (or its cap) once per seed,
+    measured steps and time beside the prediction, the step time measured on the same run."""
+    from workbench.plan import main
+    from workbench.plan.verify_target import CAP_FACTOR
+    out = tmp_path / "v.json"
+    assert main(["cluster.nproc=2", "data.global_batch_size=32", f"output_root={tmp_path}", "cluster.timeout_s=120",
+                 "--only", "sync,compressed/randomk", "--target-accuracy", "0.5", "--reference", str(reference_run),
+                 "--verify", "--seeds", "2", "--json", str(out)]) == 0
+    assert "reached" in capsys.readouterr().out
+    rows = {r["paradigm"]: r for r in json.loads(out.read_text())["rows"]}
+    ref = reference_from_run(reference_run, 0.5)
+    sync, rk = rows["sync"], rows["compressed/randomk"]
+    assert sync["measured_cap"] == CAP_FACTOR * ref.steps and len(sync["to_target_runs"]) == 2
+    # seed 0 is the reference's own configuration and seed, evaluated every step: the same training,
+    # so it first reaches the target at or just before the reference's evaluation that did
+    from workbench.plan.verify_target import first_hit
+    from workbench.runs.handle import Run
+    run0, ref_run = Run(sync["to_target_runs"][0]), Run(reference_run)
+    losses = [{r["step"]: r["loss"] for r in run.records() if r.get("kind") == "train" and r["step"] <= ref.steps}
+              for run in (run0, ref_run)]
+    assert losses[0] == losses[1] and len(losses[0]) >= 2
+    assert first_hit(run0, 0.5)[0] <= ref.steps
+    assert sync["measured_reached"] == "2/2" and sync["measured_steps_to_target"] > 0
+    assert sync["measured_time_to_target_s"] > 0 and sync["measured_step_s"] > 0 and sync["bytes_error"] == 0
+    # Random-K without error feedback: predicted far beyond the cap, and not reached within it
+    assert rk["predicted_steps_to_target"] > rk["measured_cap"] and rk["measured_reached"] == "0/2"
+    assert rk["measured_steps_to_target"] is None and rk["steps_error"] is None

@@ -34,7 +34,9 @@ splits them into CONV and FC workers)::
 - ``trainer=X`` among the overrides plans only X's variants, with your ``trainer.*`` keys.
 - ``--target-accuracy 0.9 --reference RUN``: each row's steps and time to that test accuracy, from a
   ``trainer=sync`` run of the same model and data that reached it (its steps and gradient noise
-  scale; :mod:`workbench.plan.to_target`, docs/time_to_target.md), and the rows ranked by that time.
+  scale; :mod:`workbench.plan.to_target`, docs/time_to_target.md), and the rows ranked by that time;
+  with ``--verify``, each row run here to the target (``--seeds N`` runs each;
+  :mod:`workbench.plan.verify_target`).
 
 What it prints per (workers, bandwidth): rank, paradigm (the dashboards' label), predicted step
 time and samples/s, bytes per worker per step (rank 0, every meter category, sent), the bottleneck

@@ -53,6 +53,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--refresh-profile", action="store_true", help="measure the profile again")
     ap.add_argument("--target-accuracy", type=float, default=None, metavar="ACC", help="also predict each "
                     "paradigm's steps and time to this test accuracy and rank by time to it (needs --reference)")
+    ap.add_argument("--seeds", type=int, default=1, help="with --verify and --target-accuracy: runs per paradigm "
+                    "to the target, one per seed (medians reported)")
     ap.add_argument("--reference", default=None, metavar="RUN", help="a trainer=sync run directory of this model "
                     "and data (2+ workers) that reached the target: its steps and gradient noise scale")
     return ap
@@ -76,6 +78,8 @@ def main(argv=None) -> int:
         import workbench
         shared, _, _ = _split_overrides(a.overrides)
         base = workbench.compose(shared)
+        if a.seeds < 1:
+            raise ConfigError(f"invalid value {a.seeds!r} for --seeds: must be >= 1")
         from workbench.plan.to_target import check_args
         ref = check_args(a.target_accuracy, a.reference, base)  # read before anything is profiled
         from workbench.data import fetch
@@ -95,7 +99,11 @@ def main(argv=None) -> int:
         from workbench.plan.to_target import header, with_target
         rows = with_target(rows, vs, a.reference, a.target_accuracy)
         print(header(ref))
-    if a.verify:
+    if a.verify and ref is not None:  # each paradigm to the target, its step time on the same run
+        from workbench.plan.verify_target import verify_to_target
+        rows = verify_to_target(rows, vs, Path(base.output_root) / "plan-verify", ref, a.seeds,
+                                log=lambda s: print(s, file=sys.stderr, flush=True))
+    elif a.verify:
         root = Path(base.output_root) / "plan-verify"
         rows = verify(rows, vs, root, log=lambda s: print(s, file=sys.stderr, flush=True))
     m = prof.machine

@@ -70,6 +70,9 @@ def table(rows: List[dict], prof: Profile, all_rows: bool = False) -> str:
                 + f"{'bottleneck':<10}  {'crossover':<12}  MiB/step sent (by category)")
         if verify_cols:
             head += "  | measured ms  error   bytes"
+        reach_cols = any("measured_reached" in r for r in rs)
+        if reach_cols:
+            head += f"  | {'steps→T':>8} {'time→T':>9} reached"
         out.append(head)
         best, notes = family_best(rs), []
         starred = {id(top): n for top, n in best.values() if n > 1}
@@ -90,6 +93,10 @@ def table(rows: List[dict], prof: Profile, all_rows: bool = False) -> str:
                 line += f"  | {1e3 * r['measured_step_s']:>9.2f}  {100 * r['error']:+6.1f}%  {ok}"
             elif "measured_status" in r:
                 line += f"  | run {r['measured_status']}"
+            if "measured_reached" in r:
+                ms, mt = r["measured_steps_to_target"], r["measured_time_to_target_s"]
+                line += (f"  | {'n.r.' if ms is None else f'{ms:,.0f}':>8} {'—' if mt is None else _duration(mt):>9} "
+                         f"{r['measured_reached']} (cap {r['measured_cap']:,})")
             out.append(line)
         unmodelled = sorted({family(r["paradigm"]).split("+")[0] for r in rs
                              if NO_LAW in str(r.get("to_target_note", ""))})

@@ -74,7 +74,12 @@ def verify_variant(v: Variant, root: Path, steps: int = VERIFY_STEPS, skip: int 
     cfg = workbench.compose([*v.overrides, *network_overrides(bw), f"trainer.max_steps={skip + steps}",
                              "trainer.eval_every=100000", "trainer.progress=false", "checkpoint.every=0",
                              f"output_root={root}"])
-    run = workbench.launch(cfg, progress=progress, check=False)
+    return measured_of(workbench.launch(cfg, progress=progress, check=False), skip)
+
+
+def measured_of(run, skip: int = VERIFY_SKIP) -> dict:
+    """Rank 0's step time and bytes per step by category of a finished run, over its steps after
+    ``skip`` (:func:`verify_variant`'s measurement)."""
     if run.summary.get("status") != "completed":
         return {"measured_status": run.summary.get("status"), "run_dir": str(run.path)}
     recs = [r for r in run.records() if r.get("kind") == "train" and r["step"] > skip]
