@@ -512,6 +512,14 @@ def test_accuracy_suite_builds_five_tables_with_a_verdict_each(tmp_path):
     tables, notes = accuracy.load(tmp_path / "accuracy-tiny" / "*")
     assert sorted(tables) == list("abcde") and sorted(notes) == list("abcde")
     assert [r["batch"] for r in tables["b"]] == [64, 128]
+    # (e): each seed's sync run keeps every compressor's measured update; the law's steps beside the measured
+    sync_rec = json.loads((tmp_path / "accuracy-tiny" / "e" / "index.json").read_text())["entries"][0]["record"]
+    rho, omega, ef = sync_rec["update_stats"]["bf16"]
+    assert rho == pytest.approx(1, abs=1e-4) and 0 <= omega < 1e-4 and not ef
+    assert (sync_rec["global_batch"], sync_rec["workers"]) == (64, 2)  # --tiny: 2 ranks of 32
+    low = accuracy.load(tmp_path / "accuracy-tiny" / "e", target=0.01)[0]["e"]  # a target the tiny sync run reaches
+    assert low[0]["steps_to_target"] is not None and low[0]["predicted_steps"] == low[0]["steps_to_target"]
+    assert low[1]["predicted_steps"] == pytest.approx(low[0]["steps_to_target"], rel=1e-3)  # bf16: rho 1, omega ~0
     # each entry keeps its run's evaluations: the same tables without any run directory (a fresh checkout)
     for t in "abcde":
         (tmp_path / "accuracy-tiny" / t / "runs").rename(tmp_path / f"runs-{t}")

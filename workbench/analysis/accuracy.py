@@ -89,6 +89,36 @@ def aggregate(entries: list, target: float, root: Path | None = None) -> dict:
         row["cap"] = max((m["last_step"] or 0) for m in ms)
         row["status"] = "/".join(sorted({m["status"] for m in ms}))
         out.setdefault(table, []).append(row)
+    for row in out.get("e", []):
+        preds = predicted_e(entries, target).get(row["compressor"])
+        row["predicted_steps"] = _med(preds, True)[0] if preds else None
+    return out
+
+
+def predicted_e(entries: list, target: float) -> dict:
+    """Table (e): each compressor's steps to ``target`` as the planner's time-to-target law predicts
+    them (docs/time_to_target.md), one per seed, from that seed's uncompressed sync run (its
+    evaluations, its global batch, and every compressor's ρ and ω measured on its final weights,
+    kept in its record as ``update_stats``): ``{compressor: [steps or None, ...]}``."""
+    from workbench.perfmodel.efficiency import UpdateStats, reference_from_evals, steps_to_target
+    refs = {}
+    for e in entries:
+        rec = e.get("record") or {}
+        if e["table"] == "e" and "update_stats" in rec:
+            try:
+                refs[e["seed"]] = (reference_from_evals(rec["evals"], rec["global_batch"], target, rec["workers"]),
+                                   rec["update_stats"])
+            except ValueError:  # that seed's sync did not reach the target, or logged no noise scale
+                continue
+    out: dict = {}
+    for e in entries:
+        if e["table"] != "e" or e["seed"] not in refs:
+            continue
+        ref, stats = refs[e["seed"]]
+        name = e["config"]["compressor"]
+        st = UpdateStats() if name == "uncompressed sync" else stats.get(name)
+        st = UpdateStats(*st) if isinstance(st, list) else st
+        out.setdefault(name, []).append(None if st is None else steps_to_target(ref, ref.batch, st, ref.workers)[0])
     return out
 
 
@@ -192,8 +222,14 @@ def verdict_e(rows: list) -> str:
         ok += s is None or s >= base["steps_to_target"]
     others = len(rows) - 1
     ok -= 1  # the baseline itself
+    law = [(r["predicted_steps"], r["steps_to_target"]) for r in rows
+           if r.get("predicted_steps") and r["steps_to_target"] and r is not base]
+    errs = sorted(abs(p / m - 1) for p, m in law)
     return (f"- {ok} of {others} compressors need at least as many steps as uncompressed sync "
-            f"({base['steps_to_target']}) — " + ("**holds**" if ok == others else f"**holds for {ok} of {others}**"))
+            f"({base['steps_to_target']}) — " + ("**holds**" if ok == others else f"**holds for {ok} of {others}**")
+            + (f"\n- the planner's time-to-target law (predicted_steps, docs/time_to_target.md) against the "
+               f"{len(errs)} compressors that reached the target: median |error| {statistics.median(errs):.0%}, "
+               f"largest {errs[-1]:.0%}" if errs else ""))
 
 
 def verdicts(tables: dict, tol: float) -> dict:

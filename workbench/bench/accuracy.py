@@ -153,6 +153,8 @@ def launch(t: str, a, out: Path, started: float | None = None) -> tuple:
                 continue
             run = workbench.launch(cfg, progress=False, check=False)
             rec = acc.record(run.path)
+            if t == "e" and cfg.trainer.name == "sync" and rec["status"] == "completed":
+                rec.update(reference_fields(run.path, cfg, todo, seed_cfgs))
             entries.append({"table": t, "config": cfg_cols, "seed": s, "overrides": ov,
                             "run": os.path.relpath(run.path, idx.parent), "record": rec})
             ran += 1
@@ -163,6 +165,19 @@ def launch(t: str, a, out: Path, started: float | None = None) -> tuple:
         print(f"--resume: ({t}) kept {len(entries) - ran} runs that ended, ran {ran}"
               + (f", left {missing} for a later session (--stop-after)" if missing else ""))
     return entries, missing
+
+
+def reference_fields(run_dir, cfg, todo, seed_cfgs) -> dict:
+    """What table (e)'s predicted steps need of a seed's uncompressed sync run besides its
+    evaluations: its global batch and workers, and each compressor's ρ, ω (or None) measured on its
+    final weights (:mod:`workbench.plan.update_stats`)."""
+    from workbench.data import global_batch_size
+    from workbench.plan.update_stats import measure
+    comps = {cols["compressor"]: c.compressor for (cols, _), c in zip(todo, seed_cfgs) if c.trainer.name == "compressed"}
+    stats = measure(run_dir, comps)
+    n = int(cfg.cluster.nproc)
+    return {"global_batch": global_batch_size(cfg, n), "workers": n,
+            "update_stats": {k: None if s is None else [s.rho, s.omega, s.error_feedback] for k, s in stats.items()}}
 
 
 def load(dirs, target: float | None = None, tol: float = 0.01) -> tuple:
