@@ -29,8 +29,9 @@ def test_the_compression_law_by_hand():
     st = ef.UpdateStats(rho=0.5, omega=3.0)
     noise = (1 + 3.0) * 187 / 128 + 3.0 / 4
     assert ef.steps_to_target(REF, 128, st, 4)[0] == pytest.approx(REF.s_min * (1 + noise) / (0.5 * 1.5))
-    # error feedback keeps SGD's rate whatever the message; no progress at rho <= 0 or rho >= 2
-    assert ef.steps_to_target(REF, 128, ef.UpdateStats(0.01, 99, error_feedback=True), 4)[0] == pytest.approx(675)
+    # error feedback keeps SGD's rate whatever the message's noise, at the step's scale; none at rho <= 0 or >= 2
+    assert ef.steps_to_target(REF, 128, ef.UpdateStats(1.0, 99, error_feedback=True), 4)[0] == pytest.approx(675)
+    assert ef.steps_to_target(REF, 128, ef.UpdateStats(0.5, 99, error_feedback=True), 4)[0] == pytest.approx(675 / 0.75)
     for rho in (0.0, 2.0, 3.5):
         steps, why = ef.steps_to_target(REF, 128, ef.UpdateStats(rho, 0.0), 4)
         assert steps is None and "rho" in why
@@ -69,7 +70,11 @@ def test_each_compressors_update_against_its_expectation():
     # QSGD is unbiased: rho = 1, its variance positive
     q = update_stats(_ccfg("qsgd"), grads, shapes)
     assert q.rho == pytest.approx(1, abs=0.02) and q.omega > 0
-    assert update_stats(_ccfg("topk"), grads, shapes) == ef.UpdateStats(error_feedback=True)
+    # with error feedback: the step's scale on what was sent (EF-signSGD's step_scale), no noise term
+    assert update_stats(_ccfg("topk"), grads, shapes) == ef.UpdateStats(rho=pytest.approx(1.0), error_feedback=True)
+    sign = update_stats(_ccfg("efsignsgd", "compressor.step_scale=0.5"), grads, shapes)
+    assert sign.error_feedback and sign.rho == pytest.approx(0.5) and sign.omega == 0
+    assert update_stats(_ccfg("powersgd"), grads, shapes) == ef.UpdateStats(error_feedback=True)
     assert update_stats(_ccfg("powersgd", "compressor.error_feedback=false"), grads, shapes) is None
 
 

@@ -20,9 +20,10 @@ step's progress:
 
     S = S_min · (1 + (1 + ω) B_noise / B + ω / N) / (ρ (2 − ρ))      (ρ ≥ 2: does not converge)
 
-*A compressor with error feedback*: ``S = S(B)``. Error feedback applies what compression dropped in
-later steps, and EF-SGD keeps SGD's rate, compression entering only higher-order terms (Stich et al.
-2018, Karimireddy et al. 2019). Tested, with the law above, by table (e).
+*A compressor with error feedback*: ``S = S(B) / (ρ (2 − ρ))``, ρ the scale its step puts on what it
+counts as sent (1 but for EF-signSGD's ``step_scale``). Error feedback applies what compression
+dropped in later steps, and EF-SGD keeps SGD's rate, compression entering only higher-order terms
+(Stich et al. 2018, Karimireddy et al. 2019). Tested, with the law above, by table (e).
 
 Staleness (parameter server, n-softsync, SSP), model averaging (local SGD, BMUF, EASGD) and Stanza
 have no law here yet: their rows say "not modelled".
@@ -58,7 +59,8 @@ class Reference:
 @dataclass(frozen=True)
 class UpdateStats:
     """How a compressor's decoded message relates to the gradient: ``C(g) = rho g + xi`` with
-    ``E|xi|^2 = omega rho^2 E|g|^2``; with error feedback, rho = 1 and omega = 0 by assumption."""
+    ``E|xi|^2 = omega rho^2 E|g|^2``; with error feedback, rho is the step's scale on what was sent
+    and omega = 0 by assumption."""
 
     rho: float = 1.0
     omega: float = 0.0
@@ -87,7 +89,7 @@ def steps_to_target(ref: Reference, batch: int, stats: UpdateStats = UpdateStats
                     workers: int = 1) -> Tuple[Optional[float], str]:
     """Predicted steps to ``ref.target`` at global ``batch`` over ``workers`` workers whose messages
     go through a compressor with ``stats``; None with the reason where it predicts none."""
-    rho, omega = (1.0, 0.0) if stats.error_feedback else (stats.rho, stats.omega)
+    rho, omega = (stats.rho, 0.0) if stats.error_feedback else (stats.rho, stats.omega)
     if not rho > 0:
         return None, "the compressor's message has no component along the gradient (rho <= 0)"
     if rho >= 2:

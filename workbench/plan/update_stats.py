@@ -5,13 +5,16 @@ efficiency model's compression law takes.
 The gradients are those of the reference run's final weights (``model.pt``) on ``batches`` of its
 per-worker batch from its training set, cut into DDP's buckets (25 MiB of float32, whole
 parameters, :func:`workbench.perfmodel.paradigms.compressed_messages.delta_buckets`); each bucket
-goes through the compressor's ``encode`` and ``local`` as one rank of one would send it:
+goes through the compressor's ``encode`` and ``decode`` as one rank of one would send and apply it:
 
     rho   = sum <C(g), g> / sum |g|^2
     omega = sum |C(g) - rho g|^2 / (rho^2 sum |g|^2)
 
-A compressor with error feedback is not measured: the law assumes it keeps SGD's rate. One that
-reduces in several collectives (PowerSGD) has no one-rank message without error feedback: None.
+With error feedback only ``rho`` is measured, against what the compressor counts as sent
+(``local``, what the residual subtracts): the scale the step puts on it (EF-signSGD's
+``step_scale``), which error feedback does not restore; the rest the law assumes keeps SGD's rate.
+One that reduces in several collectives (PowerSGD) has no one-rank message: rho = 1 with error
+feedback, None without.
 """
 from __future__ import annotations
 
@@ -52,11 +55,10 @@ def update_stats(ccfg, grads: List[torch.Tensor], shapes) -> Optional[UpdateStat
     from workbench.compress import COMPRESSORS
     from workbench.compress.base import BucketInfo, Compressor
     from workbench.perfmodel.paradigms.compressed_messages import delta_buckets
-    if bool(ccfg.get("error_feedback", False)):
-        return UpdateStats(error_feedback=True)
+    ef = bool(ccfg.get("error_feedback", False))
     cls = COMPRESSORS[ccfg.name]
     if cls.reduce is not Compressor.reduce:  # several collectives: no one-rank message
-        return None
+        return UpdateStats(error_feedback=True) if ef else None
     comp = cls(ccfg, 0, 1, 0)
     buckets = delta_buckets(shapes)
     sizes = [sum(math.prod(s) for s in b) for b in buckets]
@@ -65,10 +67,15 @@ def update_stats(ccfg, grads: List[torch.Tensor], shapes) -> Optional[UpdateStat
         for i, (x, b) in enumerate(zip(torch.split(g, sizes), buckets)):
             info = BucketInfo(index=i, step=step, rank=0, world=1, shapes=tuple(torch.Size(s) for s in b))
             payload, ctx = comp.encode(x.clone(), info)
-            c = comp.local(payload, ctx, info).to(torch.float64)
-            x = x.to(torch.float64)
-            dot, sq, csq = dot + float(c @ x), sq + float(x @ x), csq + float(c @ c)
+            sent = comp.local(payload, ctx, info).to(torch.float64)  # what error feedback counts as sent
+            applied = comp.decode([payload] if comp.collective == "allgather" else payload, ctx, info).to(torch.float64)
+            # with error feedback the step applies ``applied`` of what was sent and keeps the rest of
+            # the gradient for later; without it, ``applied`` stands for the gradient itself
+            x = sent if ef else x.to(torch.float64)
+            dot, sq, csq = dot + float(applied @ x), sq + float(x @ x), csq + float(applied @ applied)
     rho = dot / sq
+    if ef:  # the scale the step puts on what was sent (EF-signSGD's step_scale); no extra noise
+        return UpdateStats(rho=rho, error_feedback=True)
     omega = (csq - 2 * rho * dot + rho * rho * sq) / (rho * rho * sq) if rho else math.inf
     return UpdateStats(rho=rho, omega=max(0.0, omega))
 
