@@ -238,8 +238,12 @@ def figures(tables: dict) -> dict:
         figs["d"] = f.update_layout(title="(d) accuracy vs λ", xaxis_title="λ (workers)", yaxis_title="final test accuracy")
     if tables.get("e"):
         rows = tables["e"]
-        figs["e"] = go.Figure().add_bar(x=[r["compressor"] for r in rows], y=[r["steps_to_target"] for r in rows]).update_layout(
-            title="(e) steps to target per compressor (missing bar: not reached)", yaxis_title="steps to target")
+        f = go.Figure().add_bar(x=[r["compressor"] for r in rows], y=[r["steps_to_target"] for r in rows], name="measured")
+        if any(r.get("predicted_steps") for r in rows):
+            f.add_bar(x=[r["compressor"] for r in rows], y=[r.get("predicted_steps") for r in rows],
+                      name="predicted (time-to-target law)")
+        figs["e"] = f.update_layout(title="(e) steps to target per compressor (missing bar: not reached)",
+                                    yaxis_title="steps to target", yaxis_type="log")
     return figs
 
 
