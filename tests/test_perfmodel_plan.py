@@ -1042,3 +1042,21 @@ def test_the_table_shows_the_best_of_each_family_and_all_with_all():
     listed = [line.split()[1] for line in full.splitlines() if line[:3].strip().isdigit()]
     assert listed == list(speeds) and "stanza/n_f=2 *" in full and "staleness/n=2 *" in full
     assert "stanza/n_f=1 *" not in full and "more rows" not in full
+
+
+def test_n_softsync_values_with_one_c_are_one_row_with_all():
+    """staleness/n=2 and n=3 on 4 processes (λ = 3) both update after c = 1 gradient: the trainer says
+    so (ParadigmSpec.same_protocol), the rows carry it, and --all prints them as one row."""
+    import workbench
+    from workbench.plan.tables import table
+    from workbench.trainers import SPECS
+    keys = {n: SPECS["staleness"].same_protocol(workbench.compose(["trainer=staleness", f"trainer.n={n}"]), 4)
+            for n in (1, 2, 3)}
+    assert keys == {1: "softsync c=3", 2: "softsync c=1", 3: "softsync c=1"}
+    rows = [{"paradigm": f"staleness/n={n}", "protocol": keys[n], "workers": 4, "bandwidth": "1gbit", "rank": n,
+             "predicted_samples_per_s": 100 - n, "predicted_step_s": 0.4, "bottleneck": "compute", "crossover_bps": None,
+             "predicted_bytes_by_category": {"grad_push": 1e6}} for n in (1, 2, 3)]
+    full = table(rows, PROF, all_rows=True)
+    listed = [line.split()[1] for line in full.splitlines() if line[:3].strip().isdigit()]
+    assert listed == ["staleness/n=1", "staleness/n=2…3"], full
+    assert "staleness/n=2…3: 2 variants, one protocol (softsync c=1)" in full

@@ -56,6 +56,10 @@ def _no_steps(cfg) -> int:
     return 0
 
 
+def _no_protocol(cfg, ranks) -> None:
+    return None
+
+
 def _no_model(cfg):
     raise NotImplementedError(f"trainer {cfg.trainer.name!r} declares no performance model")
 
@@ -82,6 +86,9 @@ class ParadigmSpec:
     # steady_after(cfg) -> the steps before a run of cfg reaches its steady state, where that is later
     # than a DDP run's (a compressor that starts after some averaging rounds): what a verification skips
     steady_after: Callable[[object], int] = _no_steps
+    # same_protocol(cfg, ranks) -> a key its variants that run the same protocol on ``ranks`` processes
+    # share (n-softsync's n with the same c = floor(lambda / n)); None: each variant its own
+    same_protocol: Callable[[object, int], Optional[str]] = _no_protocol
     # smoke_overrides(nproc) -> overrides that make a few-step run valid on nproc ranks (make gpu-check)
     smoke_overrides: Callable[[int], List[str]] = _none
 

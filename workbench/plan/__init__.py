@@ -47,7 +47,8 @@ each of fp16, topk, efsignsgd and powersgd that can carry its messages (``bmuf+p
 ``stanza/n_f=1+fp16``); a profile that did not measure a compressor's codec on those messages
 plans the other rows and prints one line per row left out. Variants that differ only in a count
 (``stanza/n_f=…``, ``staleness/n=…``) are one family: the table shows each family's best, marked
-``*`` with how many it stands for; ``--all`` prints every variant. ``--json FILE`` writes every row: ``paradigm, workers, bandwidth_bps,
+``*`` with how many it stands for; ``--all`` prints every variant (n-softsync values with the same
+c = ⌊λ/n⌋ as one row). ``--json FILE`` writes every row: ``paradigm, workers, bandwidth_bps,
 predicted_step_s, predicted_samples_per_s, predicted_bytes_per_step`` (bytes sent per worker per
 step), ``predicted_bytes_by_category``, ``bottleneck``, ``crossover_bps``, and with ``--verify``
 ``measured_step_s, measured_bytes_per_step, measured_bytes_by_category, error`` (predicted /

@@ -258,7 +258,7 @@ def predict_rows(prof: Profile, vs_by_workers: Dict[int, List[Variant]], bandwid
                               "predicted_bytes_per_step": p.bytes_sent,
                               "predicted_bytes_by_category": {k: v_["sent"] for k, v_ in p.bytes.items()},
                               "bottleneck": p.bottleneck, "crossover_bps": p.crossover_bps, "terms": p.terms,
-                              **simulated(v, prof, cl)})
+                              **_protocol(v, w), **simulated(v, prof, cl)})
             group.sort(key=lambda r: -r["predicted_samples_per_s"])
             for i, r in enumerate(group, 1):
                 r["rank"] = i
@@ -267,6 +267,13 @@ def predict_rows(prof: Profile, vs_by_workers: Dict[int, List[Variant]], bandwid
         notes += [f"{label}: not planned: {why} (python -m workbench.plan --refresh-profile measures it)"
                   for label, why in missing.items()]
     return rows
+
+
+def _protocol(v: Variant, ranks: int) -> dict:
+    """``{"protocol": key}`` where the trainer says which of its variants run the same protocol."""
+    from workbench.spec import spec_of
+    key = spec_of(v.trainer).same_protocol(v.cfg, ranks)
+    return {} if key is None else {"protocol": key}
 
 
 SIM_GRADIENTS = 20000  # pushes simulated per asynchronous variant (20 to 200 steps per worker)

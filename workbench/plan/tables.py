@@ -4,7 +4,8 @@ verification, the measured step times and the accuracy summary.
 A family is the variants of one paradigm that differ only in a count (``stanza/n_f=1`` …
 ``stanza/n_f=63``, ``staleness/n=1`` … ``staleness/n=7``, each with or without the same compressor).
 By default a table shows the best of each family (highest predicted samples/s), marked ``*``, and
-says how many it stands for; ``all_rows`` shows every variant, the family's best marked."""
+says how many it stands for; ``all_rows`` shows every variant, the family's best marked, and the
+variants that run one protocol (n-softsync's n values with the same c = ⌊λ/n⌋) as one row."""
 from __future__ import annotations
 
 import math
@@ -76,7 +77,8 @@ def table(rows: List[dict], prof: Profile, all_rows: bool = False) -> str:
         out.append(head)
         best, notes = family_best(rs), []
         starred = {id(top): n for top, n in best.values() if n > 1}
-        shown = rs if all_rows else [r for r in rs if best[family(r["paradigm"])][0] is r]
+        shown = collapse(rs) if all_rows else [r for r in rs if best[family(r["paradigm"])][0] is r]
+        merged = [r for r in shown if r.get("same_protocol")]
         for i, r in enumerate(shown):
             compressing = r["paradigm"].startswith("compressed/") or "+" in r["paradigm"]  # against its dense self
             cross = _rate(r["crossover_bps"]) if compressing else ""
@@ -98,6 +100,9 @@ def table(rows: List[dict], prof: Profile, all_rows: bool = False) -> str:
                 line += (f"  | {'n.r.' if ms is None else f'{ms:,.0f}':>8} {'—' if mt is None else _duration(mt):>9} "
                          f"{r['measured_reached']} (cap {r['measured_cap']:,})")
             out.append(line)
+        if merged:
+            out.append("     " + "; ".join(f"{r['paradigm']}: {r['same_protocol']} variants, one protocol ({r['protocol']})"
+                                          for r in merged))
         unmodelled = sorted({family(r["paradigm"]).split("+")[0] for r in rs
                              if NO_LAW in str(r.get("to_target_note", ""))})
         if unmodelled:
@@ -113,6 +118,28 @@ def table(rows: List[dict], prof: Profile, all_rows: bool = False) -> str:
         out.append(f"\nstep time |error|: median {100 * med:.1f} %, 90th percentile {100 * p90:.1f} % "
                    f"over {len(errs)} runs; bytes exact in {sum(r.get('bytes_error') == 0 for r in rows)}/{len(errs)}")
     return "\n".join(out)
+
+
+def collapse(rows: List[dict]) -> List[dict]:
+    """``rows`` with the variants of one family that run the same protocol (the same ``protocol``
+    key: n-softsync's n values with one c = ⌊λ/n⌋) as one row, the best of them, labelled with
+    their counts (``staleness/n=2…3``) and ``same_protocol`` = how many it stands for."""
+    groups: Dict[tuple, List[dict]] = {}
+    for r in rows:
+        key = (family(r["paradigm"]), r["protocol"]) if r.get("protocol") else (id(r),)
+        groups.setdefault(key, []).append(r)
+    out = []
+    for r in rows:
+        g = groups[(family(r["paradigm"]), r["protocol"]) if r.get("protocol") else (id(r),)]
+        if len(g) == 1:
+            out.append(r)
+        elif r is min(g, key=_key):
+            counts = sorted(int(x["paradigm"].partition("+")[0].rpartition("=")[2]) for x in g)
+            head, _, rest = r["paradigm"].partition("+")
+            span = f"{counts[0]}…{counts[-1]}" if counts == list(range(counts[0], counts[-1] + 1)) else ",".join(map(str, counts))
+            out.append({**r, "paradigm": f"{head.rpartition('=')[0]}={span}" + (f"+{rest}" if rest else ""),
+                        "same_protocol": len(g)})
+    return out
 
 
 def _to_target(r: dict) -> str:

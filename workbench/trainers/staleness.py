@@ -104,7 +104,13 @@ def _staleness_variants(ranks: int) -> list:
     return soft + [[*soft[0], f"compressor={c}"] for c in planned(("gradient", "p2p"))] if soft else []
 
 
+def _protocol(cfg, ranks: int):
+    """n-softsync runs c = ⌊λ/n⌋ gradients an update: n values with the same c are one protocol."""
+    t = cfg.trainer
+    return f"softsync c={(ranks - int(t.num_servers)) // int(t.n)}" if t.protocol == "softsync" else None
+
+
 declare(ParadigmSpec(
-    "staleness", label=_label, perf_model=_staleness_model, smoke_overrides=smoke_overrides,
+    "staleness", label=_label, perf_model=_staleness_model, smoke_overrides=smoke_overrides, same_protocol=_protocol,
     analytic_bytes=push_pull_bytes,  # one push per worker step, whatever the protocol
     plan_variants=_staleness_variants))
