@@ -133,6 +133,15 @@ def test_the_plan_ranks_by_time_to_target(reference_run, tmp_path, capsys):
               only=["sync", "compressed/randomk"], target_accuracy=0.5, reference=str(reference_run))
     assert list(df["paradigm"]) == ["sync", "compressed/randomk"]
     assert df["predicted_steps_to_target"].iloc[0] == ref.steps
+    # the dashboards' what-if: time to target per paradigm, NaN where there is no law
+    from workbench.analysis import whatif_frame
+    from workbench.perfmodel.profile import Profile
+    prof = Profile.load(next((tmp_path / "profiles").glob("*.json")))
+    w = whatif_frame(prof, [1.0, 10.0], [2], ["cluster.nproc=2", "data.global_batch_size=32"], target=(0.5, str(reference_run)))
+    assert {"time_to_target_s", "samples_per_s"} <= set(w.columns)
+    sync = w[w["paradigm"] == "sync"]
+    assert len(sync) == 2 and (sync["time_to_target_s"] > 0).all()
+    assert w[w["paradigm"].str.startswith("ps/async")]["time_to_target_s"].isna().all()
 
 
 @pytest.mark.slow

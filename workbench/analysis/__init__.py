@@ -26,7 +26,7 @@ from workbench.analysis.figures import (COLORS, accuracy_vs_time, allocation_fig
 from workbench.runs.table import (COMPRESSION_COLUMNS, MiB, attach, bytes_columns, compression_table, label_runs,
                                      load, paradigm_of, pareto_mask, rank_bytes, select, summary_table,
                                      time_to_accuracy_table, with_variants)
-from workbench.analysis.whatif import (available_compressors, crossover_gbps, crossover_table, stanza_prediction,
+from workbench.analysis.whatif import (available_compressors, crossover_gbps, crossover_table, reference_run, stanza_prediction,
                                        whatif_frame, whatif_profile)
 
 __all__ = [
@@ -35,5 +35,6 @@ __all__ = [
     "use_notebook_renderer", "whatif_curves",
     "COMPRESSION_COLUMNS", "MiB", "attach", "bytes_columns", "compression_table", "label_runs", "load", "paradigm_of",
     "pareto_mask", "rank_bytes", "select", "summary_table", "time_to_accuracy_table", "with_variants",
-    "available_compressors", "crossover_gbps", "crossover_table", "stanza_prediction", "whatif_frame", "whatif_profile",
+    "available_compressors", "crossover_gbps", "crossover_table", "reference_run", "stanza_prediction", "whatif_frame",
+    "whatif_profile",
 ]

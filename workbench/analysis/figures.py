@@ -8,7 +8,8 @@ MiB (2**20); one colour per paradigm.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, Iterable, Optional, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, Iterable, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
@@ -17,7 +18,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench.runs.table import MiB, labelled, bytes_columns, pareto_mask, time_to_accuracy_table
-from workbench.analysis.whatif import stanza_prediction, whatif_frame
+from workbench.analysis.whatif import reference_run, stanza_prediction, whatif_frame
 
 if TYPE_CHECKING:
     from workbench.perfmodel.profile import Profile
@@ -229,33 +230,44 @@ def allocation_figure(runs: pd.DataFrame, profile: Optional["Profile"] = None, g
 
 
 def whatif_curves(profile: "Profile", workers: int = 8, gbps: float = 10.0, speedup: float = 1.0,
-                  overrides: Sequence[str] = (), points: int = 12, max_workers: Optional[int] = None) -> go.Figure:
+                  overrides: Sequence[str] = (), points: int = 12, max_workers: Optional[int] = None,
+                  target: Optional[Tuple[float, str]] = None) -> go.Figure:
     """Two panels of predicted throughput from the calibrated model: against bandwidth (at
     ``workers`` processes) and against processes (at ``gbps``), one line per paradigm.
-    ``speedup`` divides the profiled compute (a faster GPU)."""
+    ``speedup`` divides the profiled compute (a faster GPU). With ``target`` = (accuracy, reference
+    run directory): predicted time to that accuracy instead (docs/time_to_target.md; paradigms the
+    planner has no law for are left out)."""
     bws = list(np.logspace(-1, 2.5, points))
     ws = sorted(set(range(2, max(3, max_workers or 2 * workers) + 1, max(1, (max_workers or 2 * workers) // 8))) | {workers})
-    a = whatif_frame(profile, bws, [workers], overrides, speedup)
-    b = whatif_frame(profile, [gbps], ws, overrides, speedup)
+    a = whatif_frame(profile, bws, [workers], overrides, speedup, target=target)
+    b = whatif_frame(profile, [gbps], ws, overrides, speedup, target=target)
+    y, y_title = ("time_to_target_s", f"predicted time to {target[0]:.0%} (s)") if target else ("samples_per_s", "predicted samples/s")
+    if target:
+        a, b = a[a[y].notna()], b[b[y].notna()]
     fig = make_subplots(rows=1, cols=2, subplot_titles=(f"{workers} ranks, bandwidth varies", f"{gbps:g} Gbit/s, ranks vary"))
     colors = _color_map(a["paradigm"])
     for p in sorted(colors):
         ga, gb = a[a["paradigm"] == p], b[b["paradigm"] == p]
-        fig.add_trace(go.Scatter(x=ga["gbps"], y=ga["samples_per_s"], name=p, legendgroup=p, line={"color": colors[p]}), 1, 1)
-        fig.add_trace(go.Scatter(x=gb["workers"], y=gb["samples_per_s"], name=p, legendgroup=p, showlegend=False,
+        fig.add_trace(go.Scatter(x=ga["gbps"], y=ga[y], name=p, legendgroup=p, line={"color": colors[p]}), 1, 1)
+        fig.add_trace(go.Scatter(x=gb["workers"], y=gb[y], name=p, legendgroup=p, showlegend=False,
                                  line={"color": colors[p]}, mode="lines+markers"), 1, 2)
     fig.update_xaxes(type="log", title_text="bandwidth (Gbit/s)", row=1, col=1)
     fig.update_xaxes(title_text="ranks", row=1, col=2)
-    fig.update_yaxes(title_text="predicted samples/s", row=1, col=1)
-    fig.update_layout(title=f"What-if: {profile.model}, batch {profile.batch}/worker, compute ×{speedup * profile.speedup:g} "
-                            "(workbench.perfmodel, profiled on this machine)", legend_title_text="paradigm")
+    fig.update_yaxes(title_text=y_title, row=1, col=1)
+    if target:
+        fig.update_yaxes(type="log")
+    fig.update_layout(title=(f"What-if, time to {target[0]:.0%} (reference: {Path(target[1]).name})" if target else "What-if")
+                      + f": {profile.model}, batch {profile.batch}/worker, compute ×{speedup * profile.speedup:g} "
+                        "(workbench.perfmodel, profiled on this machine)", legend_title_text="paradigm")
     return fig
 
 
 def dashboard(runs: pd.DataFrame, metrics: pd.DataFrame, target: float = 0.9,
               profile: Optional["Profile"] = None, overrides: Sequence[str] = ()) -> Dict[str, go.Figure]:
     """Every panel of the trade-off dashboard, by name, in display order; the what-if panel (with a
-    ``profile``) plans the variants composed with ``overrides``, as the what-if explorer does."""
+    ``profile``) plans the variants composed with ``overrides``, as the what-if explorer does, and,
+    where one of ``runs`` can be the reference (:func:`~workbench.analysis.whatif.reference_run`),
+    ``whatif_time_to_target`` plans their time to ``target``."""
     figs = {
         "accuracy_vs_time": accuracy_vs_time(metrics),
         "throughput_vs_workers": throughput_vs_workers(runs),
@@ -265,6 +277,9 @@ def dashboard(runs: pd.DataFrame, metrics: pd.DataFrame, target: float = 0.9,
     }
     if profile is not None:
         figs["whatif"] = whatif_curves(profile, overrides=overrides)
+        ref = reference_run(runs, target)
+        if ref is not None:  # a sync run here reached the target: the what-if in time to it too
+            figs["whatif_time_to_target"] = whatif_curves(profile, overrides=overrides, target=(target, ref))
     return figs
 
 

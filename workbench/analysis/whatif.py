@@ -42,36 +42,59 @@ FRAMES_KEPT = 32  # the what-if explorer moves one slider at a time: one of its 
 
 
 def whatif_frame(profile: "Profile", gbps: Sequence[float], workers: Sequence[int], overrides: Sequence[str] = (),
-                 speedup: float = 1.0, latency: str = "50us") -> pd.DataFrame:
+                 speedup: float = 1.0, latency: str = "50us", target: Optional[Tuple[float, str]] = None) -> pd.DataFrame:
     """Predicted samples/s of every planned paradigm (workbench.plan) at each bandwidth (Gbit/s)
     and process count, one rank per host; Stanza and the n-softsync protocols are shown by their
-    best variant (``stanza (best n_f)``, ``staleness (best n)``). The last ``FRAMES_KEPT`` frames
-    are kept per process, keyed by the profile object and the arguments."""
+    best variant (``stanza (best n_f)``, ``staleness (best n)``). With ``target`` = (accuracy,
+    reference run directory), also ``time_to_target_s`` (NaN where the planner has no law;
+    docs/time_to_target.md). The last ``FRAMES_KEPT`` frames are kept per process, keyed by the
+    profile object and the arguments."""
     key = (id(profile), tuple(float(g) for g in gbps), tuple(int(w) for w in workers), tuple(overrides),
-           float(speedup), latency)
+           float(speedup), latency, target)
     hit = _FRAMES.get(key)
     if hit is not None and hit[0] is profile:
         _FRAMES.move_to_end(key)
         return hit[1].copy()
-    df = _whatif_frame(profile, gbps, workers, overrides, speedup, latency)
+    df = _whatif_frame(profile, gbps, workers, overrides, speedup, latency, target)
     _FRAMES[key] = (profile, df)  # the profile held too, so that its id names no other object meanwhile
     while len(_FRAMES) > FRAMES_KEPT:
         _FRAMES.popitem(last=False)
     return df.copy()
 
 
-def _whatif_frame(profile, gbps, workers, overrides, speedup, latency) -> pd.DataFrame:
+def _whatif_frame(profile, gbps, workers, overrides, speedup, latency, target=None) -> pd.DataFrame:
     from workbench.plan import plan
+    acc, ref = target if target else (None, None)
     df = plan(list(overrides), bandwidths=[f"{g:.6g}gbit" for g in gbps], workers=[int(w) for w in workers],
-              profile=profile, speedup=speedup, latency=latency)
+              profile=profile, speedup=speedup, latency=latency, target_accuracy=acc, reference=ref)
+    cols = ["workers", "gbps", "paradigm", "samples_per_s"] + (["time_to_target_s"] if target else [])
     if df.empty:
-        return pd.DataFrame(columns=["workers", "gbps", "paradigm", "samples_per_s"])
+        return pd.DataFrame(columns=cols)
     df = df.assign(gbps=df["bandwidth_bps"] / 1e9, samples_per_s=df["predicted_samples_per_s"])
+    if target:
+        df["time_to_target_s"] = pd.to_numeric(df["predicted_time_to_target_s"], errors="coerce")
     fam = df["paradigm"].str.extract(r"^(stanza|staleness)/(n_f|n)=\d+$")
     best = fam[0].notna()
     df.loc[best, "paradigm"] = fam[0][best] + " (best " + fam[1][best] + ")"
     df = df.sort_values("samples_per_s", ascending=False).drop_duplicates(["workers", "gbps", "paradigm"])
-    return df[["workers", "gbps", "paradigm", "samples_per_s"]].sort_values(["paradigm", "workers", "gbps"]).reset_index(drop=True)
+    return df[cols].sort_values(["paradigm", "workers", "gbps"]).reset_index(drop=True)
+
+
+def reference_run(runs: pd.DataFrame, target: float) -> Optional[str]:
+    """A run of ``runs`` (:func:`workbench.analysis.load`'s table) that can be the time-to-target
+    reference: ``trainer=sync`` on 2 or more workers, completed, that reached ``target`` with a
+    logged gradient noise scale; the one with the most steps. None if there is none."""
+    from workbench.plan.to_target import reference_from_run
+    if runs.empty or "trainer" not in runs:
+        return None
+    cand = runs[(runs["trainer"] == "sync") & (runs["workers"] >= 2) & (runs["status"] == "completed")]
+    for d in cand.sort_values("steps", ascending=False)["run_dir"]:
+        try:
+            reference_from_run(d, target)
+            return str(d)
+        except (ValueError, OSError, KeyError):
+            continue
+    return None
 
 
 def crossover_gbps(profile: "Profile", workers: int, compressor: str, speedup: float = 1.0, latency: str = "50us") -> float:

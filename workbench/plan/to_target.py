@@ -56,18 +56,25 @@ def _get(cfg, key: str):
     return OmegaConf.select(cfg, key)
 
 
+_STATS: Dict[tuple, Dict[str, Optional[UpdateStats]]] = {}
+
+
 def compressor_stats(run_dir: str, vs_by_workers: Dict[int, list]) -> Dict[str, Optional[UpdateStats]]:
-    """:func:`workbench.plan.update_stats.update_stats` of every compressor the variants plan
-    (by its config), on the reference run's gradients (measured once)."""
+    """:func:`workbench.plan.update_stats.measure` of every compressor the variants plan (by its
+    config) on the reference run's gradients; kept per process by run, its weights' time and the
+    configs (the what-if curves plan the same ones at every redraw)."""
     from omegaconf import OmegaConf
 
-    from workbench.plan.update_stats import reference_gradients, update_stats
+    from workbench.plan.update_stats import measure
     configs = {OmegaConf.to_yaml(v.cfg.compressor): v.cfg.compressor for vs in vs_by_workers.values() for v in vs
                if _compressor(v) is not None}
     if not configs:
         return {}
-    grads, shapes = reference_gradients(run_dir)
-    return {k: update_stats(c, grads, shapes) for k, c in configs.items()}
+    weights = Path(run_dir) / "model.pt"
+    key = (str(Path(run_dir).resolve()), weights.stat().st_mtime_ns, tuple(sorted(configs)))
+    if key not in _STATS:
+        _STATS[key] = measure(run_dir, configs)
+    return dict(_STATS[key])
 
 
 def _compressor(v) -> Optional[str]:
