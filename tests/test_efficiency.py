@@ -47,6 +47,12 @@ def test_the_reference_is_the_first_evaluation_at_target_and_the_median_noise_sc
     evals = [[10, 1.0, 0.5, 40.0], [20, 2.0, 0.8, float("nan")], [30, 3.0, 0.91, 60.0], [40, 4.0, 0.95, 900.0]]
     ref = ef.reference_from_evals(evals, 64, 0.9, workers=2)
     assert (ref.steps, ref.noise_scale, ref.batch) == (30, 50.0, 64)
+    # what the measurement leaves open: the crossing after step 20, the noise scale between its quartiles
+    assert ref.steps_after == 20 and ref.noise_range == (45.0, 55.0)
+    lo, hi = ef.interval(ref, 128)
+    law = lambda s, b: s / (1 + b / 64) * (1 + b / 128)  # noqa: E731
+    assert (lo, hi) == (pytest.approx(law(21, 55.0)), pytest.approx(law(30, 45.0)))
+    assert lo <= ef.steps_to_target(ref, 128)[0] <= hi
     with pytest.raises(ValueError, match="never reached 99.0%"):
         ef.reference_from_evals(evals, 64, 0.99)
     with pytest.raises(ValueError, match="no gradient noise scale"):
@@ -120,6 +126,8 @@ def test_the_plan_ranks_by_time_to_target(reference_run, tmp_path, capsys):
     ref = reference_from_run(reference_run, 0.5)
     assert rows["sync"]["predicted_steps_to_target"] == ref.steps  # the reference's own configuration
     assert rows["compressed/topk"]["predicted_steps_to_target"] == ref.steps  # error feedback: SGD's rate
+    lo, hi = rows["sync"]["predicted_steps_interval"]
+    assert lo == ref.steps_after + 1 and hi == ref.steps and "steps→T (interval)" in text
     # Random-K at its defaults (no error feedback, no rescaling) needs many more steps: ranked after both
     assert rows["compressed/randomk"]["predicted_steps_to_target"] > 20 * ref.steps
     assert rows["compressed/randomk"]["rank"] > max(rows["sync"]["rank"], rows["compressed/topk"]["rank"])

@@ -49,11 +49,21 @@ class Reference:
     target: float
     workers: int = 1
     source: str = ""
+    steps_after: Optional[int] = None  # the evaluation before the hit: the target was crossed after it
+    noise_range: Optional[Tuple[float, float]] = None  # the noise scale's quartiles up to the target
 
     @property
     def s_min(self) -> float:
         """S_min: the steps an infinitely large batch would need (McCandlish's eq. 2.11)."""
         return self.steps / (1 + self.noise_scale / self.batch)
+
+    def corners(self) -> list:
+        """The references the measurement cannot tell apart: the crossing anywhere after the previous
+        evaluation, the noise scale anywhere between its quartiles (what :func:`interval` spans)."""
+        from dataclasses import replace
+        steps = {self.steps, max(1, self.steps_after + 1)} if self.steps_after is not None else {self.steps}
+        noises = set(self.noise_range) if self.noise_range else {self.noise_scale}
+        return [replace(self, steps=s, noise_scale=b) for s in steps for b in noises]
 
 
 @dataclass(frozen=True)
@@ -81,8 +91,11 @@ def reference_from_evals(evals, batch: int, target: float, workers: int = 1, sou
     if not gns:
         raise ValueError(f"the run logged no gradient noise scale up to the target "
                          f"(trainer=sync on 2 or more workers, trainer.noise_scale=true, evaluations before step {hit[0]})")
+    before = [e[0] for e in evals if e[0] < hit[0]]
+    q = statistics.quantiles(gns, n=4, method="inclusive") if len(gns) > 1 else [gns[0]] * 3
     return Reference(batch=int(batch), steps=int(hit[0]), noise_scale=float(statistics.median(gns)),
-                     target=float(target), workers=int(workers), source=source)
+                     target=float(target), workers=int(workers), source=source,
+                     steps_after=max(before) if before else 0, noise_range=(float(q[0]), float(q[2])))
 
 
 def steps_to_target(ref: Reference, batch: int, stats: UpdateStats = UpdateStats(),
@@ -98,6 +111,14 @@ def steps_to_target(ref: Reference, batch: int, stats: UpdateStats = UpdateStats
     return ref.s_min * (1 + noise) / (rho * (2 - rho)), ""
 
 
+def interval(ref: Reference, batch: int, stats: UpdateStats = UpdateStats(), workers: int = 1) -> Optional[Tuple[float, float]]:
+    """The range of :func:`steps_to_target` over the reference's :meth:`~Reference.corners`: what the
+    reference's evaluation spacing and the spread of its noise scale leave open; None where it
+    predicts none."""
+    s = [steps_to_target(c, batch, stats, workers)[0] for c in ref.corners()]
+    return None if any(x is None for x in s) else (min(s), max(s))
+
+
 def predict(ref: Reference, paradigm: str, batch: int, workers: int,
             stats: Optional[UpdateStats] = None) -> Tuple[Optional[float], str]:
     """Steps to target of a planner row (``paradigm`` its label, ``batch`` the global batch of one
@@ -110,3 +131,9 @@ def predict(ref: Reference, paradigm: str, batch: int, workers: int,
             return None, "not modelled: the compressor's update was not measured"
         return steps_to_target(ref, batch, stats, workers)
     return steps_to_target(ref, batch)
+
+
+def applies(paradigm: str) -> bool:
+    """Whether the laws here cover the planner row ``paradigm``."""
+    base = paradigm.split("+")[0]
+    return any(base == p or base.startswith(p + "/") for p in SYNCHRONOUS)

@@ -67,7 +67,7 @@ def table(rows: List[dict], prof: Profile, all_rows: bool = False) -> str:
         verify_cols = any("measured_step_s" in r for r in rs)
         target = any("predicted_time_to_target_s" in r for r in rs)
         head = (f"{'#':>3}  {'paradigm':<22} {'step ms':>9} {'samples/s':>10}  "
-                + (f"{'steps→T':>8} {'time→T':>9}  " if target else "")
+                + (f"{'steps→T (interval)':>20} {'time→T':>9}  " if target else "")
                 + f"{'bottleneck':<10}  {'crossover':<12}  MiB/step sent (by category)")
         if verify_cols:
             head += "  | measured ms  error   bytes"
@@ -143,10 +143,11 @@ def collapse(rows: List[dict]) -> List[dict]:
 
 
 def _to_target(r: dict) -> str:
-    steps, t = r.get("predicted_steps_to_target"), r.get("predicted_time_to_target_s")
+    steps, t, span = r.get("predicted_steps_to_target"), r.get("predicted_time_to_target_s"), r.get("predicted_steps_interval")
     if steps is None:
-        return f"{'—':>8} {'—':>9}  "
-    return f"{steps:>8,} {_duration(t):>9}  "
+        return f"{'—':>20} {'—':>9}  "
+    text = f"{steps:,}" + (f" ({span[0]:,}–{span[1]:,})" if span and span[0] != span[1] else "")
+    return f"{text:>20} {_duration(t):>9}  "
 
 
 def _duration(s: float) -> str:

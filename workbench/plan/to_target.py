@@ -4,8 +4,9 @@ time to target instead of samples/s.
 
 A row's update is ``predicted_samples_per_s × predicted_step_s`` samples (its global batch); the
 workers whose gradients it holds are that over the per-worker batch. Rows gain
-``predicted_steps_to_target``, ``predicted_time_to_target_s`` (None where the model predicts none)
-and ``to_target_note`` (why none: "not modelled: …", or a compressor that does not converge)."""
+``predicted_steps_to_target``, ``predicted_time_to_target_s`` (None where the model predicts none),
+their intervals ``predicted_steps_interval`` and ``predicted_time_to_target_interval_s`` (what the
+reference's evaluation spacing and noise-scale quartiles leave open) and ``to_target_note`` (why none: "not modelled: …", or a compressor that does not converge)."""
 from __future__ import annotations
 
 import math
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from workbench.core import ConfigError
-from workbench.perfmodel.efficiency import Reference, UpdateStats, predict, reference_from_evals
+from workbench.perfmodel.efficiency import Reference, UpdateStats, interval, predict, reference_from_evals
 
 
 def reference_from_run(run_dir, target: float) -> Reference:
@@ -98,6 +99,9 @@ def add_to_target(rows: List[dict], vs_by_workers: Dict[int, list], ref: Referen
         steps, why = predict(ref, r["paradigm"], round(batch), workers, st)
         r["predicted_steps_to_target"] = None if steps is None else round(steps)
         r["predicted_time_to_target_s"] = None if steps is None else steps * r["predicted_step_s"]
+        span = interval(ref, round(batch), st or UpdateStats(), workers) if steps is not None else None
+        r["predicted_steps_interval"] = None if span is None else [round(span[0]), round(span[1])]
+        r["predicted_time_to_target_interval_s"] = None if span is None else [x * r["predicted_step_s"] for x in span]
         r["to_target_note"] = why
     groups: Dict[tuple, List[dict]] = {}
     for r in rows:
@@ -132,5 +136,7 @@ def check_args(target: Optional[float], reference: Optional[str], cfg=None) -> O
 
 def header(ref: Reference) -> str:
     """One line naming the reference and its parameters."""
+    lo, hi = ref.noise_range or (ref.noise_scale, ref.noise_scale)
     return (f"time to {ref.target:.0%}: reference {ref.source} (global batch {ref.batch}, {ref.steps} steps to "
-            f"target, B_noise {ref.noise_scale:.0f}, S_min {ref.s_min:.0f}); docs/time_to_target.md")
+            f"target (crossed after step {ref.steps_after}), B_noise {ref.noise_scale:.0f} ({lo:.0f}–{hi:.0f}), "
+            f"S_min {ref.s_min:.0f}); docs/time_to_target.md")
