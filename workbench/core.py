@@ -86,6 +86,7 @@ class TrainerConfig:
     eval_every: int = 50  # evaluate on the held-out set every N steps (and always at the end)
     log_every: int = 1  # write a metrics.jsonl train record every N steps
     progress: bool = True  # tqdm progress bar on rank 0
+    stop_at_accuracy: Optional[float] = None  # end at the first evaluation at or above this test accuracy
 
 
 @dataclass

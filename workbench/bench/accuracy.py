@@ -28,7 +28,9 @@ table of them (the notes say how many are missing): a campaign of hours is the s
 rate scaled from 64 by ``optim.scale_lr=linear``, linear with ``--warmup-epochs`` of warm-up, and
 ``sqrt``; gns: the median of the run's logged gradient noise scale. (b) the same with linear + warm-up,
 up to ``min(--max-steps, --max-epochs passes)`` steps. (c) per-worker batch ``--batch``, ``--max-steps``;
-PS-based paradigms take one of the processes as their server. (d) ``trainer=staleness``, λ-softsync
+PS-based paradigms take one of the processes as their server. In (b) and in (c)'s sync, BMUF and local
+SGD (whose ranks evaluate together) a run ends at the target (``trainer.stop_at_accuracy``): its
+steps and time to target are those of a full run, its final accuracy the first at the target. (d) ``trainer=staleness``, λ-softsync
 with α₀/τ, λ + 1 processes, ``--epochs`` passes; constant μλ = ``--global-batch``; growing: μ fixed at
 ``--global-batch``. (e) ``trainer=compressed`` with each registered compressor at its bench settings
 against ``trainer=sync``, ``--nproc-e`` ranks.
@@ -66,7 +68,8 @@ def plan(t: str, a) -> list:
                 warm = math.ceil(a.warmup_epochs * n / b) if rule.endswith("warm-up") else 0
                 out.append(({"rule": rule, "batch": b} if t == "a" else {"batch": b},
                             ["trainer=sync", f"cluster.nproc={a.nproc}", f"data.global_batch_size={b}", *RULES[rule],
-                             f"optim.warmup_steps={warm}", f"trainer.max_steps={steps}", ev(steps)]))
+                             f"optim.warmup_steps={warm}", f"trainer.max_steps={steps}", ev(steps),
+                             *([f"trainer.stop_at_accuracy={a.target}"] if t == "b" else [])]))
     elif t == "c":
         for p in _ints(a.processes):
             lam = p - 1
@@ -76,9 +79,11 @@ def plan(t: str, a) -> list:
                                                           "trainer.lr_modulation=per_gradient"],
                     "EASGD": ["trainer=easgd"], "BMUF": ["trainer=bmuf"], "local SGD": ["trainer=local_sgd"]}
             for name, ov in list(rows.items())[:a.limit]:
+                stop = [f"trainer.stop_at_accuracy={a.target}"] if ov[0] in ("trainer=sync", "trainer=bmuf",
+                                                                              "trainer=local_sgd") else []
                 out.append(({"processes": p, "paradigm": name},
                             ov + [f"cluster.nproc={p}", f"data.batch_size={a.batch}", f"trainer.max_steps={a.max_steps}",
-                                  ev(a.max_steps)]))
+                                  ev(a.max_steps), *stop]))
     elif t == "d":
         for series in ("constant μλ", "growing μλ")[:1 if a.tiny else 2]:
             for lam in _ints(a.lams):

@@ -90,6 +90,8 @@ class PSTrainer(Trainer):
         self._last_stats: Optional[torch.Tensor] = None
         self.steps_done = 0
 
+    shared_evaluation = False  # rank 0 evaluates alone, the servers serve on
+
     def run(self) -> dict:
         if self.info.backend == "nccl":
             self.group = new_group(backend="gloo")  # collective: every rank creates it

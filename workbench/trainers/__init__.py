@@ -21,6 +21,12 @@ def _validate(cls, cfg) -> None:
     if d.global_batch_size is not None:
         check(d.global_batch_size >= workers and d.global_batch_size % workers == 0, "data.global_batch_size",
               d.global_batch_size, f"must be a positive multiple of the {workers} worker ranks")
+    stop = t.get("stop_at_accuracy")
+    if stop is not None:
+        check(0 < stop <= 1, "trainer.stop_at_accuracy", stop, "must be a test accuracy in (0, 1]")
+        check(cls.shared_evaluation, "trainer.stop_at_accuracy", stop,
+              f"trainer {t.name} evaluates on one rank while the others train on: its ranks cannot stop together "
+              f"(remove it, or use a trainer whose ranks evaluate together)")
     cls.validate(cfg)
     check_messages(cfg.get("compressor"), cls.compressed_messages(cfg), t.name)
 

@@ -126,6 +126,9 @@ class Trainer:
     def validate(cls, cfg: DictConfig) -> None:
         """Trainer-specific checks; raise workbench.core.ConfigError."""
 
+    # every rank takes part in each evaluation and gets its result (trainer.stop_at_accuracy may stop them together)
+    shared_evaluation = True
+
     @classmethod
     def compressed_messages(cls, cfg: DictConfig) -> list:
         """The messages this trainer sends through ``cfg.compressor`` (:class:`workbench.compress.messages.Message`
@@ -337,6 +340,10 @@ class Trainer:
             bar.update(1)
         if L.step % t.eval_every == 0 or L.step == L.total:
             self._eval(L)
+            stop = t.get("stop_at_accuracy")
+            if stop is not None and (L.last_eval.get("test_accuracy") or 0) >= stop and L.step < L.total:
+                L.total = L.step  # every rank evaluated the same accuracy (shared_evaluation): all stop here
+                self.log.log({"kind": "stop", "step": L.step, "reason": f"test accuracy reached {stop}"})
         every = self.cfg.checkpoint.every
         if every and L.step % every == 0 and L.step < L.total:
             self.log.flush()
