@@ -5,7 +5,8 @@ prediction (:mod:`workbench.plan.to_target`), and its step time and bytes measur
 
 The cap is ``CAP_FACTOR`` times the steps the batch law predicts at the row's global batch, at least
 ``CAP_FACTOR`` times the reference's, at most ``CAP_MAX``: a compressor or protocol that needs more
-shows as not reached within it. A run evaluates ``EVALS`` times. Rows gain
+shows as not reached within it. A run evaluates ``EVALS`` times, and one whose ranks evaluate
+together ends at the target (``trainer.stop_at_accuracy``). Rows gain
 ``measured_steps_to_target`` and ``measured_time_to_target_s`` (medians over seeds, a seed that did
 not reach the target counting as infinitely slow, None where the median is), ``measured_reached``
 ("k/n"), ``measured_cap`` and ``steps_error`` (predicted / measured − 1 where both exist)."""
@@ -18,7 +19,8 @@ from typing import Dict, List, Optional
 
 from workbench.perfmodel.efficiency import Reference, steps_to_target
 from workbench.plan.rows import here
-from workbench.plan.verification import Progress, interactive, measured_of, network_overrides, scored
+from workbench.plan.verification import VERIFY_SKIP, Progress, interactive, measured_of, network_overrides, scored
+from workbench.trainers import TRAINERS
 
 CAP_FACTOR = 3
 CAP_MAX = 20000
@@ -60,12 +62,15 @@ def verify_to_target(rows: List[dict], vs: Dict[int, list], root: Path, ref: Ref
                            f"to {ref.target:.0%} or {cap} steps")
             cfg = workbench.compose([*v.overrides, *network_overrides(r["bandwidth"]), f"seed={seed}",
                                      f"trainer.max_steps={cap}", f"trainer.eval_every={max(1, cap // EVALS)}",
-                                     "trainer.progress=false", "checkpoint.every=0", f"output_root={root}"])
+                                     "trainer.progress=false", "checkpoint.every=0", f"output_root={root}",
+                                     *([f"trainer.stop_at_accuracy={ref.target}"] if TRAINERS[v.trainer].shared_evaluation
+                                       else [])])
             run = workbench.launch(cfg, progress=progress.bars, check=False)
             runs.append(run)
             hits.append(first_hit(run, ref.target) if run.summary.get("status") == "completed" else (None, None))
             progress.done()
-        scored(r, measured_of(runs[0]))
+        steps = runs[0].summary.get("steps") or 0
+        scored(r, measured_of(runs[0], min(VERIFY_SKIP, steps // 2)))  # a run stopped at the target may be short
         r["measured_steps_to_target"] = _median([h[0] for h in hits])
         r["measured_time_to_target_s"] = _median([h[1] for h in hits])
         r["measured_reached"] = f"{sum(h[0] is not None for h in hits)}/{seeds}"
