@@ -529,8 +529,14 @@ def test_accuracy_suite_builds_five_tables_with_a_verdict_each(tmp_path):
     stored = json.loads((e_dir / "index.json").read_text())
     entries = stored["entries"]
     entries[1]["record"]["status"] = "failed"
+    # a record from before it held the compressors' update: the resume fills it in where the run is here
+    (tmp_path / "runs-e").rename(e_dir / "runs")
+    del entries[0]["record"]["update_stats"]
     (e_dir / "index.json").write_text(json.dumps(stored))
     out = _suite(tmp_path, "accuracy", "--only", "a,e", "--resume", "--stop-after", "0")
+    refilled = json.loads((e_dir / "index.json").read_text())["entries"][0]["record"]
+    assert refilled["update_stats"] == sync_rec["update_stats"]
+    entries[0]["record"]["update_stats"] = sync_rec["update_stats"]
     assert "(a) kept 2 runs that ended, ran 0\n" in out and "(e) kept 1 runs that ended, ran 0, left 1 " in out
     assert "1 runs not measured yet" in (e_dir / "report.md").read_text()
     out = _suite(tmp_path, "accuracy", "--only", "e", "--resume")

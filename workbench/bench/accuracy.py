@@ -151,7 +151,12 @@ def launch(t: str, a, out: Path, started: float | None = None) -> tuple:
     for s, seed_cfgs in enumerate(cfgs):
         for (cfg_cols, ov), cfg in zip(todo, seed_cfgs):
             if (tuple(ov), s) in kept:
-                entries.append({**kept[(tuple(ov), s)], "config": cfg_cols})
+                e = kept[(tuple(ov), s)]
+                rec, run_dir = e.get("record"), idx.parent / e["run"]
+                if t == "e" and cfg.trainer.name == "sync" and rec and "update_stats" not in rec \
+                        and (run_dir / "model.pt").is_file():  # kept from before records held it; its run is here
+                    rec.update(reference_fields(run_dir, cfg, todo, seed_cfgs))
+                entries.append({**e, "config": cfg_cols})
                 continue
             if a.stop_after is not None and (a.stop_after == 0 or time.monotonic() - started > 60 * a.stop_after):
                 missing += 1
