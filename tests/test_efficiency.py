@@ -114,9 +114,11 @@ def test_target_accuracy_bad_input_is_one_line_before_profiling(reference_run, t
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("efficiency")  # with the next test, in one process: one profile, measured once
 def test_the_plan_ranks_by_time_to_target(reference_run, tmp_path, capsys):
     from workbench.plan import main, plan
     out = tmp_path / "plan.json"
+    tmp_path = reference_run.parent.parent.parent  # the reference's output_root: the profile is kept there
     assert main(["cluster.nproc=2", "data.global_batch_size=32", f"output_root={tmp_path}", "--bandwidth", "1gbit",
                  "--only", "sync,compressed/randomk,compressed/topk,ps/async", "--target-accuracy", "0.5",
                  "--reference", str(reference_run), "--json", str(out)]) == 0
@@ -153,13 +155,15 @@ def test_the_plan_ranks_by_time_to_target(reference_run, tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("efficiency")
 def test_verify_runs_each_paradigm_to_the_target(reference_run, tmp_path, capsys):
     """--verify with --target-accuracy: each row here run to the target (or its cap) once per seed,
     measured steps and time beside the prediction, the step time measured on the same run."""
     from workbench.plan import main
     from workbench.plan.verify_target import CAP_FACTOR
     out = tmp_path / "v.json"
-    assert main(["cluster.nproc=2", "data.global_batch_size=32", f"output_root={tmp_path}", "cluster.timeout_s=120",
+    root = reference_run.parent.parent.parent  # the profile the previous test measured, where it ran first
+    assert main(["cluster.nproc=2", "data.global_batch_size=32", f"output_root={root}", "cluster.timeout_s=120",
                  "--only", "sync,compressed/randomk", "--target-accuracy", "0.5", "--reference", str(reference_run),
                  "--verify", "--seeds", "2", "--json", str(out)]) == 0
     assert "reached" in capsys.readouterr().out
