@@ -98,7 +98,9 @@ def test_a_real_sync_run_gives_a_reference(reference_run):
 
 
 @pytest.mark.parametrize("args,says", [
-    (["--target-accuracy", "0.9"], "go together"),
+    (["--reference", "RUN"], "--reference needs --target-accuracy"),
+    (["--reference-steps", "50"], "--reference-steps"),
+    (["--target-accuracy", "0.5", "--reference", "RUN", "--reference-steps", "50"], "--reference-steps"),
     (["--target-accuracy", "1.5", "--reference", "RUN"], "--target-accuracy"),
     (["--target-accuracy", "0.9", "--reference", "/nonexistent"], "not a run directory"),
     (["--target-accuracy", "0.999", "--reference", "RUN"], "never reached"),
@@ -186,3 +188,19 @@ def test_verify_runs_each_paradigm_to_the_target(reference_run, tmp_path, capsys
     # Random-K without error feedback: predicted far beyond the cap, and not reached within it
     assert rk["predicted_steps_to_target"] > rk["measured_cap"] and rk["measured_reached"] == "0/2"
     assert rk["measured_steps_to_target"] is None and rk["steps_error"] is None
+
+
+def test_without_a_reference_the_planner_runs_one_and_keeps_it(tmp_path):
+    """--target-accuracy alone: a trainer=sync run of the plan's model and data until the target,
+    kept by its config and found again; one that cannot reach it in its cap is one line, exit 2."""
+    from workbench.plan.reference import auto_reference
+    shared = ["cluster.nproc=2", "data.global_batch_size=32"]
+    first = auto_reference(shared, 2, 0.5, tmp_path, steps=200, log=lambda s: None)
+    ref = reference_from_run(first, 0.5)
+    assert ref.batch == 32 and ref.workers == 2 and ref.steps < 200  # it ended at the target
+    runs = sorted((tmp_path / "references" / "runs").glob("*/*"))
+    assert auto_reference(shared, 2, 0.5, tmp_path, steps=200, log=lambda s: None) == first
+    assert sorted((tmp_path / "references" / "runs").glob("*/*")) == runs  # found again, not run again
+    from workbench.core import ConfigError
+    with pytest.raises(ConfigError, match=r"never reached 99\.9% .* in 5 steps .*raise --reference-steps"):
+        auto_reference(shared, 2, 0.999, tmp_path, steps=5, log=lambda s: None)

@@ -85,12 +85,11 @@ def reference_from_evals(evals, batch: int, target: float, workers: int = 1, sou
     hit = next((e for e in evals if e[2] >= target), None)
     if hit is None:
         best = max((e[2] for e in evals), default=float("nan"))
-        raise ValueError(f"the run never reached {target:.1%} (best {best:.1%}): "
-                         f"run it longer or lower the target")
+        raise ValueError(f"the run never reached {target:.1%} (best {best:.1%})")
     gns = [e[3] for e in evals if e[0] <= hit[0] and isinstance(e[3], (int, float)) and math.isfinite(e[3]) and e[3] > 0]
     if not gns:
-        raise ValueError(f"the run logged no gradient noise scale up to the target "
-                         f"(trainer=sync on 2 or more workers, trainer.noise_scale=true, evaluations before step {hit[0]})")
+        raise ValueError(f"the run logged no gradient noise scale up to the target (trainer=sync on 2 or more workers, "
+                         f"trainer.noise_scale=true, an evaluation before step {hit[0]})")
     before = [e[0] for e in evals if e[0] < hit[0]]
     q = statistics.quantiles(gns, n=4, method="inclusive") if len(gns) > 1 else [gns[0]] * 3
     return Reference(batch=int(batch), steps=int(hit[0]), noise_scale=float(statistics.median(gns)),

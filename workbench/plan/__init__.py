@@ -32,9 +32,10 @@ splits them into CONV and FC workers)::
   ``bmuf+`` every ``bmuf+<compressor>``, ``ps+`` every compressed parameter-server row,
   ``ps/sync+topk`` that one).
 - ``trainer=X`` among the overrides plans only X's variants, with your ``trainer.*`` keys.
-- ``--target-accuracy 0.9 --reference RUN``: each row's steps and time to that test accuracy, from a
-  ``trainer=sync`` run of the same model and data that reached it (its steps and gradient noise
-  scale; :mod:`workbench.plan.to_target`, docs/time_to_target.md), and the rows ranked by that time;
+- ``--target-accuracy 0.9``: each row's steps and time to that test accuracy, from a ``trainer=sync``
+  run of the same model and data that reached it (its steps and gradient noise scale;
+  :mod:`workbench.plan.to_target`, docs/time_to_target.md), and the rows ranked by that time; the
+  planner makes that run once and keeps it (:mod:`workbench.plan.reference`), or ``--reference RUN``;
   with ``--verify``, each row run here to the target (``--seeds N`` runs each;
   :mod:`workbench.plan.verify_target`).
 

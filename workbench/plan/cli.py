@@ -23,6 +23,7 @@ examples:
   python -m workbench.plan model=vgg16 data.resize=32 cluster.nproc=8 --bandwidth 1gbit,10gbit
   python -m workbench.plan cluster.nproc=3 --verify
   python -m workbench.plan model=resnet18 data=synthetic --workers 4,8,16 --bandwidth 10gbit --json plan.json
+  python -m workbench.plan data=digits_hard cluster.nproc=4 --bandwidth 1gbit,10gbit --target-accuracy 0.9
 """
 
 EPILOG = """\
@@ -52,11 +53,14 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--speedup", type=float, default=1.0, help="divide the profile's compute by this (faster hardware)")
     ap.add_argument("--refresh-profile", action="store_true", help="measure the profile again")
     ap.add_argument("--target-accuracy", type=float, default=None, metavar="ACC", help="also predict each "
-                    "paradigm's steps and time to this test accuracy and rank by time to it (needs --reference)")
+                    "paradigm's steps and time to this test accuracy and rank by time to it")
     ap.add_argument("--seeds", type=int, default=1, help="with --verify and --target-accuracy: runs per paradigm "
                     "to the target, one per seed (medians reported)")
     ap.add_argument("--reference", default=None, metavar="RUN", help="a trainer=sync run directory of this model "
-                    "and data (2+ workers) that reached the target: its steps and gradient noise scale")
+                    "and data (2+ workers) that reached the target: its steps and gradient noise scale (default: "
+                    "the planner runs one, until the target, and keeps it)")
+    ap.add_argument("--reference-steps", type=int, default=None, metavar="N", help="the step cap of that run "
+                    "(default 3000)")
     return ap
 
 
@@ -81,7 +85,10 @@ def main(argv=None) -> int:
         if a.seeds < 1:
             raise ConfigError(f"invalid value {a.seeds!r} for --seeds: must be >= 1")
         from workbench.plan.to_target import check_args
-        ref = check_args(a.target_accuracy, a.reference, base)  # read before anything is profiled
+        check_args(a.target_accuracy, a.reference, base)  # read before anything is profiled
+        if a.reference_steps is not None and (a.target_accuracy is None or a.reference or a.reference_steps < 1):
+            raise ConfigError(f"invalid value {a.reference_steps!r} for --reference-steps: the cap of the reference run "
+                              f"the planner makes (with --target-accuracy, without --reference), >= 1")
         from workbench.data import fetch
         fetch(base)  # data.download=true: the files, once, before the profile's ranks start
         prof = load_profile(a.profile, base) if a.profile else None
@@ -95,11 +102,22 @@ def main(argv=None) -> int:
         return 1
     if a.save_profile:
         prof.save(a.save_profile)
-    if ref is not None:
-        from workbench.plan.to_target import header, with_target
+    if a.target_accuracy is not None:
+        from workbench.plan.reference import resolve
+        from workbench.plan.to_target import header, load_reference, with_target
+        try:
+            a.reference = resolve(a.overrides, a.target_accuracy, a.reference, steps=a.reference_steps,
+                                  log=lambda s: print(s, file=sys.stderr, flush=True))
+        except ConfigError as e:
+            print(f"workbench: error: {e}", file=sys.stderr)
+            return 2
+        except RuntimeError as e:
+            print(f"workbench: error: {e}", file=sys.stderr)
+            return 1
+        ref = load_reference(a.reference, a.target_accuracy, base)
         rows = with_target(rows, vs, a.reference, a.target_accuracy)
         print(header(ref))
-    if a.verify and ref is not None:  # each paradigm to the target, its step time on the same run
+    if a.verify and a.target_accuracy is not None:  # each paradigm to the target, its step time on the same run
         from workbench.plan.verify_target import verify_to_target
         rows = verify_to_target(rows, vs, Path(base.output_root) / "plan-verify", ref, a.seeds,
                                 log=lambda s: print(s, file=sys.stderr, flush=True))

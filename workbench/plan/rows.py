@@ -330,17 +330,21 @@ def plan(cfg_or_overrides=None, bandwidths: Sequence[str] = DEFAULT_BANDWIDTHS, 
 
     ``cfg_or_overrides``: Hydra overrides (a list) or a composed config (its overrides are taken
     from the model, data and cluster it names). ``profile``: a :class:`Profile` to plan from (default:
-    this machine's, measured and cached). ``target_accuracy`` with ``reference`` (a ``trainer=sync``
-    run directory that reached it): each row's steps and time to the target, ranked by that time
-    (:mod:`workbench.plan.to_target`)."""
+    this machine's, measured and cached). ``target_accuracy``: each row's steps and time to it, ranked
+    by that time (:mod:`workbench.plan.to_target`), from ``reference`` (a ``trainer=sync`` run
+    directory that reached it) or, without one, a reference run made and kept here
+    (:mod:`workbench.plan.reference`)."""
     import pandas as pd
 
+    from workbench.plan.reference import resolve
     from workbench.plan.to_target import check_args, with_target
     check_args(target_accuracy, reference)
     overrides = _overrides_of(cfg_or_overrides)
     rows, (vs, _) = _plan_rows(overrides, parse_bandwidths(list(bandwidths)), workers, profile, speedup, latency, only,
                                root, log)
-    return pd.DataFrame(with_target(rows, vs, reference, target_accuracy) if reference else rows)
+    if target_accuracy is not None:
+        rows = with_target(rows, vs, resolve(overrides, target_accuracy, reference, root, log=log), target_accuracy)
+    return pd.DataFrame(rows)
 
 
 def _overrides_of(cfg_or_overrides) -> List[str]:

@@ -41,7 +41,8 @@ def load_reference(run_dir: str, target: float, cfg=None) -> Reference:
     try:
         ref = reference_from_run(run_dir, target)
     except (OSError, ValueError, KeyError) as e:
-        raise ConfigError(f"invalid value {run_dir!r} for --reference: {e}") from None
+        raise ConfigError(f"invalid value {run_dir!r} for --reference: {e}" + (
+            ": lower --target-accuracy or name a run that reached it" if "never reached" in str(e) else "")) from None
     if cfg is not None:
         from workbench.runs.handle import Run
         theirs = Run(run_dir).config
@@ -124,14 +125,14 @@ def with_target(rows: List[dict], vs_by_workers: Dict[int, list], reference: str
 
 
 def check_args(target: Optional[float], reference: Optional[str], cfg=None) -> Optional[Reference]:
-    """Both or neither of ``--target-accuracy`` and ``--reference``; the reference, read and checked
-    against ``cfg``'s model and data (one ConfigError line), or None."""
-    if target is None and not reference:
-        return None
-    if target is None or not reference:
-        raise ConfigError("--target-accuracy and --reference go together: the target, and a trainer=sync run of "
-                          "this model and data that reached it")
-    return load_reference(reference, target, cfg)
+    """``--reference`` only with ``--target-accuracy``, the target in (0, 1); the named reference, read
+    and checked against ``cfg``'s model and data (one ConfigError line), or None (none named: the
+    planner runs one, :mod:`workbench.plan.reference`)."""
+    if reference and target is None:
+        raise ConfigError("--reference needs --target-accuracy: the accuracy whose time the plan predicts")
+    if target is not None and not 0 < target < 1:
+        raise ConfigError(f"invalid value {target!r} for --target-accuracy: a test accuracy in (0, 1), e.g. 0.9")
+    return load_reference(reference, target, cfg) if reference else None
 
 
 def header(ref: Reference) -> str:
