@@ -106,7 +106,7 @@ def main(argv=None) -> int:
         from workbench.plan.reference import resolve
         from workbench.plan.to_target import header, load_reference, with_target
         try:
-            a.reference = resolve(a.overrides, a.target_accuracy, a.reference, steps=a.reference_steps,
+            a.reference = resolve(shared, a.target_accuracy, a.reference, steps=a.reference_steps,
                                   log=lambda s: print(s, file=sys.stderr, flush=True))
         except ConfigError as e:
             print(f"workbench: error: {e}", file=sys.stderr)

@@ -66,15 +66,14 @@ def auto_reference(shared: Sequence[str], ranks: int, target: float, root, steps
     return str(run.path)
 
 
-def resolve(overrides: Sequence[str], target: float, reference=None, root=None, steps=None,
+def resolve(shared: Sequence[str], target: float, reference=None, root=None, steps=None,
             log: Callable[[str], None] = print) -> str:
-    """The reference of a plan of ``overrides`` at ``target``: ``reference`` where named, else
-    :func:`auto_reference` on the plan's ranks under ``root`` (default: its ``output_root``)."""
+    """The reference of a plan whose shared overrides (the trainer's left out) are ``shared`` at
+    ``target``: ``reference`` where named, else :func:`auto_reference` on the plan's ranks under
+    ``root`` (default: its ``output_root``)."""
     if reference:
         return str(reference)
     import workbench
     from workbench.core import world_size
-    from workbench.plan.rows import _split_overrides
-    shared = _split_overrides(list(overrides))[0]
-    base = workbench.compose(shared)
+    base = workbench.compose(list(shared))
     return auto_reference(shared, world_size(base), target, root or base.output_root, steps or DEFAULT_STEPS, log)

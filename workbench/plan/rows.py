@@ -343,7 +343,8 @@ def plan(cfg_or_overrides=None, bandwidths: Sequence[str] = DEFAULT_BANDWIDTHS, 
     rows, (vs, _) = _plan_rows(overrides, parse_bandwidths(list(bandwidths)), workers, profile, speedup, latency, only,
                                root, log)
     if target_accuracy is not None:
-        rows = with_target(rows, vs, resolve(overrides, target_accuracy, reference, root, log=log), target_accuracy)
+        ref = resolve(_split_overrides(overrides)[0], target_accuracy, reference, root, log=log)
+        rows = with_target(rows, vs, ref, target_accuracy)
     return pd.DataFrame(rows)
 
 
