@@ -514,7 +514,7 @@ def test_accuracy_suite_builds_five_tables_with_a_verdict_each(tmp_path):
     assert [r["batch"] for r in tables["b"]] == [64, 128]
     # (e): each seed's sync run keeps every compressor's measured update; the law's steps beside the measured
     sync_rec = json.loads((tmp_path / "accuracy-tiny" / "e" / "index.json").read_text())["entries"][0]["record"]
-    rho, omega, ef = sync_rec["update_stats"]["bf16"]
+    rho, omega, ef, _ = sync_rec["update_stats"]["bf16"]
     assert rho == pytest.approx(1, abs=1e-4) and 0 <= omega < 1e-4 and not ef
     assert (sync_rec["global_batch"], sync_rec["workers"]) == (64, 2)  # --tiny: 2 ranks of 32
     low = accuracy.load(tmp_path / "accuracy-tiny" / "e", target=0.01)[0]["e"]  # a target the tiny sync run reaches

@@ -76,11 +76,17 @@ def test_each_compressors_update_against_its_expectation():
     # QSGD is unbiased: rho = 1, its variance positive
     q = update_stats(_ccfg("qsgd"), grads, shapes)
     assert q.rho == pytest.approx(1, abs=0.02) and q.omega > 0
-    # with error feedback: the step's scale on what was sent (EF-signSGD's step_scale), no noise term
-    assert update_stats(_ccfg("topk"), grads, shapes) == ef.UpdateStats(rho=pytest.approx(1.0), error_feedback=True)
+    # with error feedback: the step's scale on what was sent (EF-signSGD's step_scale), no noise term, and
+    # delta, the share of the energy a message keeps: Top-5 % of a Gaussian keeps 2(t phi(t) + 1 - Phi(t)) at
+    # t = 1.96, 0.279; Random-K keeps k
+    top = update_stats(_ccfg("topk", "compressor.k=0.05"), grads, shapes)
+    assert top.error_feedback and top.rho == pytest.approx(1.0) and top.omega == 0
+    assert top.delta == pytest.approx(0.279, rel=0.03) and top.ef_excess == pytest.approx((1 - top.delta) / top.delta ** 2)
+    rke = update_stats(_ccfg("randomk", "compressor.k=0.05", "compressor.error_feedback=true"), grads, shapes)
+    assert rke.delta == pytest.approx(0.05, rel=0.05) and rke.ef_excess > 300
     sign = update_stats(_ccfg("efsignsgd", "compressor.step_scale=0.5"), grads, shapes)
     assert sign.error_feedback and sign.rho == pytest.approx(0.5) and sign.omega == 0
-    assert update_stats(_ccfg("powersgd"), grads, shapes) == ef.UpdateStats(error_feedback=True)
+    assert update_stats(_ccfg("powersgd"), grads, shapes) == ef.UpdateStats(error_feedback=True)  # no one-rank message
     assert update_stats(_ccfg("powersgd", "compressor.error_feedback=false"), grads, shapes) is None
 
 

@@ -187,7 +187,7 @@ def reference_fields(run_dir, cfg, todo, seed_cfgs) -> dict:
     stats = measure(run_dir, comps)
     n = int(cfg.cluster.nproc)
     return {"global_batch": global_batch_size(cfg, n), "workers": n,
-            "update_stats": {k: None if s is None else [s.rho, s.omega, s.error_feedback] for k, s in stats.items()}}
+            "update_stats": {k: None if s is None else [s.rho, s.omega, s.error_feedback, s.delta] for k, s in stats.items()}}
 
 
 def load(dirs, target: float | None = None, tol: float = 0.01) -> tuple:

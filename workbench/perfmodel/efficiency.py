@@ -75,6 +75,14 @@ class UpdateStats:
     rho: float = 1.0
     omega: float = 0.0
     error_feedback: bool = False
+    delta: Optional[float] = None  # with error feedback: the share of the gradient's energy a message keeps
+
+    @property
+    def ef_excess(self) -> Optional[float]:
+        """(1 − δ)/δ²: the scale of error feedback's extra term in Karimireddy et al.'s bound, which the
+        law leaves out (it assumes SGD's rate): large means the prediction is optimistic."""
+        return None if self.delta is None or not self.error_feedback else (
+            math.inf if self.delta <= 0 else (1 - self.delta) / self.delta ** 2)
 
 
 def reference_from_evals(evals, batch: int, target: float, workers: int = 1, source: str = "") -> Reference:

@@ -108,6 +108,10 @@ def table(rows: List[dict], prof: Profile, all_rows: bool = False) -> str:
         if unmodelled:
             out.append(f"     —: no time to target: no statistical-efficiency law yet for {', '.join(unmodelled)}")
         out += [f"     {n}" for n in dict.fromkeys(n for n in notes if n)]
+        ef = {r["paradigm"].split("+")[-1].split("/")[-1]: r["compressor_ef_excess"] for r in rs if "compressor_ef_excess" in r}
+        if ef:
+            out.append("     error feedback taken at SGD's rate; its bound's extra term (1−δ)/δ², large = optimistic: "
+                       + ", ".join(f"{c} {x:,.3g}" for c, x in sorted(ef.items(), key=lambda kv: kv[1])))
         if starred:
             fams = ", ".join(f"{f} ({n})" for f, (_, n) in best.items() if n > 1)
             out.append(f"     * the best of its family here: {fams}" +

@@ -104,6 +104,8 @@ def add_to_target(rows: List[dict], vs_by_workers: Dict[int, list], ref: Referen
         r["predicted_steps_interval"] = None if span is None else [round(span[0]), round(span[1])]
         r["predicted_time_to_target_interval_s"] = None if span is None else [x * r["predicted_step_s"] for x in span]
         r["to_target_note"] = why
+        if st is not None and st.ef_excess is not None:
+            r["compressor_ef_excess"] = st.ef_excess
     groups: Dict[tuple, List[dict]] = {}
     for r in rows:
         groups.setdefault((r["workers"], r["bandwidth"]), []).append(r)

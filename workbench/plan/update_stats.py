@@ -10,9 +10,10 @@ goes through the compressor's ``encode`` and ``decode`` as one rank of one would
     rho   = sum <C(g), g> / sum |g|^2
     omega = sum |C(g) - rho g|^2 / (rho^2 sum |g|^2)
 
-With error feedback only ``rho`` is measured, against what the compressor counts as sent
-(``local``, what the residual subtracts): the scale the step puts on it (EF-signSGD's
-``step_scale``), which error feedback does not restore; the rest the law assumes keeps SGD's rate.
+With error feedback ``rho`` is measured against what the compressor counts as sent (``local``, what
+the residual subtracts): the scale the step puts on it (EF-signSGD's ``step_scale``), which error
+feedback does not restore; the rest the law assumes keeps SGD's rate. Beside it ``delta``, the share
+of the gradient's energy a message keeps, ``1 - sum |g - sent|^2 / sum |g|^2`` (the theorems' δ).
 One that reduces in several collectives (PowerSGD) has no one-rank message: rho = 1 with error
 feedback, None without.
 """
@@ -65,6 +66,7 @@ class _Sums:
         self.buckets = delta_buckets(shapes)
         self.sizes = [sum(math.prod(s) for s in b) for b in self.buckets]
         self.step, self.dot, self.sq, self.csq = 0, 0.0, 0.0, 0.0
+        self.lost, self.energy = 0.0, 0.0  # |g - sent|^2 and |g|^2: the share of the gradient a message keeps
 
     def add(self, g: torch.Tensor) -> None:
         from workbench.compress.base import BucketInfo
@@ -78,7 +80,9 @@ class _Sums:
             applied = comp.decode([payload] if comp.collective == "allgather" else payload, ctx, info).to(torch.float64)
             # with error feedback the step applies ``applied`` of what was sent and keeps the rest of
             # the gradient for later; without it, ``applied`` stands for the gradient itself
-            x = sent if self.ef else x.to(torch.float64)
+            g64 = x.to(torch.float64)
+            self.lost, self.energy = self.lost + float(((g64 - sent) ** 2).sum()), self.energy + float(g64 @ g64)
+            x = sent if self.ef else g64
             self.dot, self.sq, self.csq = self.dot + float(applied @ x), self.sq + float(x @ x), self.csq + float(applied @ applied)
         self.step += 1
 
@@ -87,7 +91,7 @@ class _Sums:
             return UpdateStats(error_feedback=True) if self.ef else None
         rho = self.dot / self.sq
         if self.ef:  # the scale the step puts on what was sent (EF-signSGD's step_scale); no extra noise
-            return UpdateStats(rho=rho, error_feedback=True)
+            return UpdateStats(rho=rho, error_feedback=True, delta=1 - self.lost / self.energy)
         omega = (self.csq - 2 * rho * self.dot + rho * rho * self.sq) / (rho * rho * self.sq) if rho else math.inf
         return UpdateStats(rho=rho, omega=max(0.0, omega))
 
