@@ -23,7 +23,9 @@ step's progress:
 *A compressor with error feedback*: ``S = S(B) / (ρ (2 − ρ))``, ρ the scale its step puts on what it
 counts as sent (1 but for EF-signSGD's ``step_scale``). Error feedback applies what compression
 dropped in later steps, and EF-SGD keeps SGD's rate, compression entering only higher-order terms
-(Stich et al. 2018, Karimireddy et al. 2019). Tested, with the law above, by table (e).
+(Stich et al. 2018, Karimireddy et al. 2019). Those terms scale with (1 − δ)/δ², δ the share of the
+gradient's energy a message keeps (:attr:`UpdateStats.ef_excess`): the law leaves them out, so it is
+optimistic where that is large (Random-K at 1 %). Tested, with the law above, by table (e).
 
 Staleness (parameter server, n-softsync, SSP), model averaging (local SGD, BMUF, EASGD) and Stanza
 have no law here yet: their rows say "not modelled".
