@@ -89,8 +89,9 @@ def aggregate(entries: list, target: float, root: Path | None = None) -> dict:
         row["cap"] = max((m["last_step"] or 0) for m in ms)
         row["status"] = "/".join(sorted({m["status"] for m in ms}))
         out.setdefault(table, []).append(row)
+    predicted = predicted_e(entries, target) if "e" in out else {}
     for row in out.get("e", []):
-        preds = predicted_e(entries, target).get(row["compressor"])
+        preds = predicted.get(row["compressor"])
         row["predicted_steps"] = _med(preds, True)[0] if preds else None
     return out
 

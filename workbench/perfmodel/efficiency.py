@@ -111,7 +111,7 @@ def steps_to_target(ref: Reference, batch: int, stats: UpdateStats = UpdateStats
                     workers: int = 1) -> Tuple[Optional[float], str]:
     """Predicted steps to ``ref.target`` at global ``batch`` over ``workers`` workers whose messages
     go through a compressor with ``stats``; None with the reason where it predicts none."""
-    rho, omega = (stats.rho, 0.0) if stats.error_feedback else (stats.rho, stats.omega)
+    rho, omega = stats.rho, 0.0 if stats.error_feedback else stats.omega
     if not rho > 0:
         return None, "the compressor's message has no component along the gradient (rho <= 0)"
     if rho >= 2:
@@ -133,7 +133,7 @@ def predict(ref: Reference, paradigm: str, batch: int, workers: int,
     """Steps to target of a planner row (``paradigm`` its label, ``batch`` the global batch of one
     update, ``workers`` the processes that compute gradients), or None with the reason."""
     base = paradigm.split("+")[0]
-    if not any(base == p or base.startswith(p + "/") for p in SYNCHRONOUS):
+    if not applies(paradigm):
         return None, f"not modelled: {base.split('/')[0]}'s statistical efficiency {NO_LAW}"
     if "+" in paradigm or base.startswith("compressed/"):
         if stats is None:

@@ -85,7 +85,7 @@ def main(argv=None) -> int:
         if a.seeds < 1:
             raise ConfigError(f"invalid value {a.seeds!r} for --seeds: must be >= 1")
         from workbench.plan.to_target import check_args
-        check_args(a.target_accuracy, a.reference, base)  # read before anything is profiled
+        ref = check_args(a.target_accuracy, a.reference, base)  # read before anything is profiled
         if a.reference_steps is not None and (a.target_accuracy is None or a.reference or a.reference_steps < 1):
             raise ConfigError(f"invalid value {a.reference_steps!r} for --reference-steps: the cap of the reference run "
                               f"the planner makes (with --target-accuracy, without --reference), >= 1")
@@ -114,8 +114,8 @@ def main(argv=None) -> int:
         except RuntimeError as e:
             print(f"workbench: error: {e}", file=sys.stderr)
             return 1
-        ref = load_reference(a.reference, a.target_accuracy, base)
-        rows = with_target(rows, vs, a.reference, a.target_accuracy)
+        ref = ref or load_reference(a.reference, a.target_accuracy, base)  # the one the planner made
+        rows = with_target(rows, vs, ref)
         print(header(ref))
     if a.verify and a.target_accuracy is not None:  # each paradigm to the target, its step time on the same run
         from workbench.plan.verify_target import verify_to_target

@@ -337,14 +337,15 @@ def plan(cfg_or_overrides=None, bandwidths: Sequence[str] = DEFAULT_BANDWIDTHS, 
     import pandas as pd
 
     from workbench.plan.reference import resolve
-    from workbench.plan.to_target import check_args, with_target
-    check_args(target_accuracy, reference)
+    from workbench.plan.to_target import check_args, load_reference, with_target
+    ref = check_args(target_accuracy, reference)
     overrides = _overrides_of(cfg_or_overrides)
     rows, (vs, _) = _plan_rows(overrides, parse_bandwidths(list(bandwidths)), workers, profile, speedup, latency, only,
                                root, log)
     if target_accuracy is not None:
-        ref = resolve(_split_overrides(overrides)[0], target_accuracy, reference, root, log=log)
-        rows = with_target(rows, vs, ref, target_accuracy)
+        ref = ref or load_reference(resolve(_split_overrides(overrides)[0], target_accuracy, None, root, log=log),
+                                    target_accuracy)  # the one the planner made
+        rows = with_target(rows, vs, ref)
     return pd.DataFrame(rows)
 
 

@@ -119,11 +119,10 @@ def add_to_target(rows: List[dict], vs_by_workers: Dict[int, list], ref: Referen
     return out
 
 
-def with_target(rows: List[dict], vs_by_workers: Dict[int, list], reference: str, target: float) -> List[dict]:
-    """``rows`` with their steps and time to ``target`` from the ``reference`` run (a run directory),
-    ranked by time to target (:func:`add_to_target`)."""
-    ref = load_reference(reference, target)
-    return add_to_target(rows, vs_by_workers, ref, compressor_stats(reference, vs_by_workers))
+def with_target(rows: List[dict], vs_by_workers: Dict[int, list], ref: Reference) -> List[dict]:
+    """``rows`` with their steps and time to ``ref.target`` from the reference (its run directory is
+    ``ref.source``), ranked by time to target (:func:`add_to_target`)."""
+    return add_to_target(rows, vs_by_workers, ref, compressor_stats(ref.source, vs_by_workers))
 
 
 def check_args(target: Optional[float], reference: Optional[str], cfg=None) -> Optional[Reference]:
