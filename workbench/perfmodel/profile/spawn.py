@@ -32,7 +32,7 @@ def _init_rank(rank: int, world: int, port: int, cfg):
     os.environ["WORKBENCH_HOST_RANKS"] = str(world)
     pinned = pin_rank(cfg.testbed, rank, world)
     torch.set_num_threads(threads_per_rank(cfg.cluster, world))
-    store = dist.TCPStore("127.0.0.1", port, world, is_master=rank == 0)
+    store = dist.TCPStore("127.0.0.1", port, world, is_master=False)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
     if pinned is not None:
         yield_gloo_loops(expected=1)
@@ -159,13 +159,6 @@ def _timed_collectives(model, x, y, cap: float, meter, make_optimizer, loop_fns,
     return {"collectives": colls, "collectives_idle": idle, "loops": loops, "loop_passes": passes}
 
 
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _next_result(queue, on_progress) -> Optional[dict]:
     """The next message that is not progress (handed to ``on_progress``), or None after 2 s."""
     import queue as queue_mod
@@ -241,11 +234,15 @@ def _wait_for_result(queue, procs, cfg, ranks: int, on_progress=None) -> dict:
 
 def _run_ranks(cfg, ranks: int, compressors, codec_fn, loop_fns, steps: int, span_only: bool = False,
                on_progress=None) -> dict:
-    """Spawn the profile's ``ranks`` gloo processes (:func:`_spawned`) and return rank 0's result."""
+    """Spawn the profile's ``ranks`` gloo processes (:func:`_spawned`) and return rank 0's result.
+    The parent holds the rendezvous store on a port the kernel gives it at bind, so no other
+    process can take the port between its choice and the ranks' start."""
+    import torch.distributed as dist
     import torch.multiprocessing as mp
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    port = _free_port()
+    store = dist.TCPStore("127.0.0.1", 0, ranks, is_master=True, wait_for_workers=False)
+    port = store.port
     procs = [ctx.Process(target=_spawned, args=(r, ranks, port, cfg, compressors, codec_fn, loop_fns, steps, queue,
                                                 span_only), daemon=True)
              for r in range(ranks)]
