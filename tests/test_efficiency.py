@@ -35,12 +35,37 @@ def test_the_compression_law_by_hand():
     for rho in (0.0, 2.0, 3.5):
         steps, why = ef.steps_to_target(REF, 128, ef.UpdateStats(rho, 0.0), 4)
         assert steps is None and "rho" in why
-    # the planner's labels: synchronous ones modelled, the others say why not
-    assert ef.predict(REF, "ps/sync", 96, 3)[0] == pytest.approx(REF.s_min * (1 + 187 / 96))
-    assert ef.predict(REF, "compressed/topk", 128, 4)[0] is None  # a compressor needs its measured update
-    for label in ("ps/async", "staleness/n=2", "bmuf+powersgd", "stanza/n_f=1", "easgd/async"):
-        steps, why = ef.predict(REF, label, 128, 4, ef.UpdateStats())
-        assert steps is None and ef.NO_LAW in why
+
+
+def _law(*overrides, ranks=4):
+    from workbench.trainers import SPECS
+    cfg = workbench.compose(["data=digits_hard", f"cluster.nproc={ranks}", *overrides])
+    return SPECS[cfg.trainer.name].update_law(cfg, ranks)
+
+
+def test_each_paradigm_declares_its_update_and_the_staleness_law_by_hand():
+    # synchronous updates: the batch law itself
+    for ov in (["trainer=sync"], ["trainer=compressed", "compressor=topk"], ["trainer=ps", "trainer.mode=sync"],
+               ["trainer=staleness", "trainer.protocol=hardsync"], ["trainer=stanza"], ["trainer=local_sgd"]):
+        assert (_law(*ov).rate, _law(*ov).staleness) == (1, 0), ov
+    # no law: block momentum, the elastic force
+    assert _law("trainer=bmuf") is None and _law("trainer=easgd") is None
+    # 1-softsync on 3 workers with lr/tau: updates of 3 gradients, 2/3 stale, at rate 1
+    up = _law("trainer=staleness", "trainer.n=1", "trainer.lr_modulation=per_gradient")
+    assert (up.rate, up.staleness) == (1, pytest.approx(2 / 3))
+    # 3-softsync (async) with lr/tau: single gradients, 2 stale, each at 1/3 of the rate; the batch law's steps
+    up = _law("trainer=staleness", "trainer.n=3", "trainer.lr_modulation=per_gradient")
+    assert (up.rate, up.staleness) == (pytest.approx(1 / 3), 2)
+    assert ef.steps_to_target(REF, 96, update=up)[0] == pytest.approx(REF.s_min * (1 + 187 / 96))
+    # compensated Downpour: the explicit momentum 0.9 - (1 - 1/3) leaves (1 - 0.9)/(1 - 0.2333) of the rate
+    up = _law("trainer=ps", "trainer.mode=async", "trainer.compensate_momentum=true")
+    assert up.staleness == 2 and up.rate == pytest.approx(0.1 / (1 - 0.2333), rel=1e-3)
+    # none where delayed descent diverges: below 2 sin(pi / (2 (2 tau + 1))) of the curvature's rate (Levin & May)
+    ref = ef.Reference(batch=128, steps=500, noise_scale=10.0, target=0.9)  # a rate 128/138 of the curvature's
+    assert ef.Update(staleness=0.5).divergence(ref, 128) == ""  # edge 2 sin(pi/4) = 1.41: 0.93 is below it
+    steps, why = ef.steps_to_target(ref, 128, update=ef.Update(staleness=8))
+    assert steps is None and "Levin & May" in why and "0.18" in why
+    assert ef.Update(staleness=8, rate=0.1).divergence(ref, 128) == ""
 
 
 def test_the_reference_is_the_first_evaluation_at_target_and_the_median_noise_scale_up_to_it():
@@ -128,10 +153,10 @@ def test_the_plan_ranks_by_time_to_target(reference_run, tmp_path, capsys):
     out = tmp_path / "plan.json"
     tmp_path = reference_run.parent.parent.parent  # the reference's output_root: the profile is kept there
     assert main(["cluster.nproc=2", "data.global_batch_size=32", f"output_root={tmp_path}", "--bandwidth", "1gbit",
-                 "--only", "sync,compressed/randomk,compressed/topk,ps/async", "--target-accuracy", "0.5",
+                 "--only", "sync,compressed/randomk,compressed/topk,bmuf", "--target-accuracy", "0.5",
                  "--reference", str(reference_run), "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "steps→T" in text and "no statistical-efficiency law yet for ps/async" in text
+    assert "steps→T" in text and "no statistical-efficiency law yet for bmuf" in text
     rows = {r["paradigm"]: r for r in json.loads(out.read_text())["rows"]}
     ref = reference_from_run(reference_run, 0.5)
     assert rows["sync"]["predicted_steps_to_target"] == ref.steps  # the reference's own configuration
@@ -141,7 +166,8 @@ def test_the_plan_ranks_by_time_to_target(reference_run, tmp_path, capsys):
     # Random-K at its defaults (no error feedback, no rescaling) needs many more steps: ranked after both
     assert rows["compressed/randomk"]["predicted_steps_to_target"] > 20 * ref.steps
     assert rows["compressed/randomk"]["rank"] > max(rows["sync"]["rank"], rows["compressed/topk"]["rank"])
-    assert rows["ps/async"]["predicted_time_to_target_s"] is None and rows["ps/async"]["rank"] == 4
+    assert rows["bmuf"]["predicted_time_to_target_s"] is None and rows["bmuf"]["rank"] == 4
+    assert rows["sync"]["to_target_law"] == "synchronous SGD" and rows["bmuf"]["to_target_law"] is None
     for r in rows.values():
         if r["predicted_steps_to_target"] is not None:
             assert r["predicted_time_to_target_s"] == pytest.approx(
@@ -159,7 +185,7 @@ def test_the_plan_ranks_by_time_to_target(reference_run, tmp_path, capsys):
     assert {"time_to_target_s", "samples_per_s"} <= set(w.columns)
     sync = w[w["paradigm"] == "sync"]
     assert len(sync) == 2 and (sync["time_to_target_s"] > 0).all()
-    assert w[w["paradigm"].str.startswith("ps/async")]["time_to_target_s"].isna().all()
+    assert w[w["paradigm"].str.startswith("bmuf")]["time_to_target_s"].isna().all()
 
 
 @pytest.mark.slow

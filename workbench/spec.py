@@ -60,6 +60,10 @@ def _no_protocol(cfg, ranks) -> None:
     return None
 
 
+def _no_law(cfg, ranks) -> None:
+    return None
+
+
 def _no_model(cfg):
     raise NotImplementedError(f"trainer {cfg.trainer.name!r} declares no performance model")
 
@@ -89,6 +93,9 @@ class ParadigmSpec:
     # same_protocol(cfg, ranks) -> a key its variants that run the same protocol on ``ranks`` processes
     # share (n-softsync's n with the same c = floor(lambda / n)); None: each variant its own
     same_protocol: Callable[[object, int], Optional[str]] = _no_protocol
+    # update_law(cfg, ranks) -> how a worker step updates the weights against synchronous SGD
+    # (workbench.perfmodel.efficiency.Update), what time to target predicts from; None: no law
+    update_law: Callable[[object, int], Optional[object]] = _no_law
     # smoke_overrides(nproc) -> overrides that make a few-step run valid on nproc ranks (make gpu-check)
     smoke_overrides: Callable[[int], List[str]] = _none
 

@@ -41,6 +41,14 @@ def explicit_momentum(cfg) -> float:
     return mu
 
 
+def rate_factor(cfg) -> float:
+    """The servers' long-run rate against the optimizer's as configured: momentum m multiplies a
+    small rate by 1/(1 − m), so running the explicit m' of :func:`explicit_momentum` scales it by
+    (1 − m)/(1 − m') (1 without compensation): the rate whose stability the time-to-target law checks."""
+    mu = float(cfg.optim.momentum)
+    return (1.0 - mu) / (1.0 - explicit_momentum(cfg)) if mu < 1 else 1.0
+
+
 def suggested_momentum(cfg) -> float:
     """Explicit momentum that keeps explicit + implied at ``optim.momentum``."""
     return max(0.0, round(float(cfg.optim.momentum) - implied_momentum(cfg), 2))

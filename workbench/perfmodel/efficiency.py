@@ -27,8 +27,20 @@ dropped in later steps, and EF-SGD keeps SGD's rate, compression entering only h
 gradient's energy a message keeps (:attr:`UpdateStats.ef_excess`): the law leaves them out, so it is
 optimistic where that is large (Random-K at 1 %). Tested, with the law above, by table (e).
 
-Staleness (parameter server, n-softsync, SSP), model averaging (local SGD, BMUF, EASGD) and Stanza
-have no law here yet: their rows say "not modelled".
+*Stale updates* (asynchronous and n-softsync parameter servers, :class:`Update`): a worker step's
+samples make the progress synchronous SGD's step of the same samples makes, however the servers
+group them into updates and however stale they are — Rudra's finding at constant μλ with α₀/⟨τ⟩,
+and Mitliagkas et al.'s for momentum compensated for asynchrony — unless the delayed updates
+diverge: gradient descent on a quadratic whose gradient is τ updates old is stable only below
+``2 sin(π / (2(2τ + 1)))`` of the curvature's rate (Levin & May 1976; 2 at τ = 0), and an update at
+``rate`` times synchronous SGD's runs at ``rate / (1 + B_noise / B)`` of it (the reference's rate taken
+as the best for its batch). Measured on ``digits_hard`` within the sync seeds' spread
+(docs/time_to_target.md); the quadratic model's rate per update, tried first, was not
+(docs/notes/2026-12-08-staleness-law.md).
+
+Stanza (BSP) and local SGD without block momentum (averaging commutes with a linear gradient)
+declare synchronous SGD's update. A paradigm that declares none (BMUF's block momentum, EASGD's
+elastic force) has no law here.
 """
 from __future__ import annotations
 
@@ -37,7 +49,6 @@ import statistics
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
-SYNCHRONOUS = ("sync", "compressed", "ps/sync")  # paradigms whose update is one global batch's gradient
 NO_LAW = "has no law here yet"
 
 
@@ -87,6 +98,29 @@ class UpdateStats:
             math.inf if self.delta <= 0 else (1 - self.delta) / self.delta ** 2)
 
 
+@dataclass(frozen=True)
+class Update:
+    """How a paradigm's updates differ from synchronous SGD's at the same samples per worker step:
+    each at ``rate`` times its rate, ``staleness`` (⟨τ⟩) updates old; ``law`` names it in a phrase."""
+
+    rate: float = 1.0
+    staleness: float = 0.0
+    law: str = "synchronous SGD"
+
+    def divergence(self, ref: "Reference", batch: float) -> str:
+        """Why the delayed updates diverge (Levin & May's bound, the module docstring), or ""."""
+        if self.staleness <= 0:
+            return ""
+        tau = self.staleness
+        edge = 2 * math.sin(math.pi / (2 * (2 * tau + 1)))
+        at = self.rate / (1 + ref.noise_scale / batch)
+        return "" if at < edge else (f"updates {tau:.2g} stale at {at:.2f} of the curvature's rate diverge "
+                                     f"(delayed gradient descent is stable below {edge:.2f}: Levin & May)")
+
+
+SYNC = Update()
+
+
 def reference_from_evals(evals, batch: int, target: float, workers: int = 1, source: str = "") -> Reference:
     """A :class:`Reference` from a run's evaluations ``[[step, time, accuracy, noise_scale], ...]``
     (:func:`workbench.analysis.accuracy.record`): its first step at or above ``target`` and the
@@ -107,10 +141,14 @@ def reference_from_evals(evals, batch: int, target: float, workers: int = 1, sou
                      steps_after=max(before) if before else 0, noise_range=(float(q[0]), float(q[2])))
 
 
-def steps_to_target(ref: Reference, batch: int, stats: UpdateStats = UpdateStats(),
-                    workers: int = 1) -> Tuple[Optional[float], str]:
-    """Predicted steps to ``ref.target`` at global ``batch`` over ``workers`` workers whose messages
-    go through a compressor with ``stats``; None with the reason where it predicts none."""
+def steps_to_target(ref: Reference, batch: int, stats: UpdateStats = UpdateStats(), workers: int = 1,
+                    update: Update = SYNC) -> Tuple[Optional[float], str]:
+    """Predicted worker steps to ``ref.target`` at ``batch`` samples a worker step over ``workers``
+    workers, whose messages go through a compressor with ``stats``, with ``update``'s updates; None
+    with the reason where it predicts none."""
+    unstable = update.divergence(ref, batch)
+    if unstable:
+        return None, unstable
     rho, omega = stats.rho, 0.0 if stats.error_feedback else stats.omega
     if not rho > 0:
         return None, "the compressor's message has no component along the gradient (rho <= 0)"
@@ -120,29 +158,10 @@ def steps_to_target(ref: Reference, batch: int, stats: UpdateStats = UpdateStats
     return ref.s_min * (1 + noise) / (rho * (2 - rho)), ""
 
 
-def interval(ref: Reference, batch: int, stats: UpdateStats = UpdateStats(), workers: int = 1) -> Optional[Tuple[float, float]]:
+def interval(ref: Reference, batch: int, stats: UpdateStats = UpdateStats(), workers: int = 1,
+             update: Update = SYNC) -> Optional[Tuple[float, float]]:
     """The range of :func:`steps_to_target` over the reference's :meth:`~Reference.corners`: what the
     reference's evaluation spacing and the spread of its noise scale leave open; None where it
     predicts none."""
-    s = [steps_to_target(c, batch, stats, workers)[0] for c in ref.corners()]
+    s = [steps_to_target(c, batch, stats, workers, update)[0] for c in ref.corners()]
     return None if any(x is None for x in s) else (min(s), max(s))
-
-
-def predict(ref: Reference, paradigm: str, batch: int, workers: int,
-            stats: Optional[UpdateStats] = None) -> Tuple[Optional[float], str]:
-    """Steps to target of a planner row (``paradigm`` its label, ``batch`` the global batch of one
-    update, ``workers`` the processes that compute gradients), or None with the reason."""
-    base = paradigm.split("+")[0]
-    if not applies(paradigm):
-        return None, f"not modelled: {base.split('/')[0]}'s statistical efficiency {NO_LAW}"
-    if "+" in paradigm or base.startswith("compressed/"):
-        if stats is None:
-            return None, "not modelled: the compressor's update was not measured"
-        return steps_to_target(ref, batch, stats, workers)
-    return steps_to_target(ref, batch)
-
-
-def applies(paradigm: str) -> bool:
-    """Whether the laws here cover the planner row ``paradigm``."""
-    base = paradigm.split("+")[0]
-    return any(base == p or base.startswith(p + "/") for p in SYNCHRONOUS)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from workbench.core import ConfigError
-from workbench.perfmodel.efficiency import Reference, UpdateStats, interval, predict, reference_from_evals
+from workbench.perfmodel.efficiency import NO_LAW, Reference, UpdateStats, interval, reference_from_evals, steps_to_target
 
 
 def reference_from_run(run_dir, target: float) -> Reference:
@@ -91,16 +91,24 @@ def add_to_target(rows: List[dict], vs_by_workers: Dict[int, list], ref: Referen
     from omegaconf import OmegaConf
 
     from workbench.data import batch_size_per_worker
+    from workbench.trainers import SPECS
     by_label = {(w, v.label): v for w, vs in vs_by_workers.items() for v in vs}
     for r in rows:
         v = by_label[(r["workers"], r["paradigm"])]
         batch = r["predicted_samples_per_s"] * r["predicted_step_s"]
         workers = max(1, round(batch / batch_size_per_worker(v.cfg, r["workers"])))
         st = stats.get(OmegaConf.to_yaml(v.cfg.compressor)) if _compressor(v) else None
-        steps, why = predict(ref, r["paradigm"], round(batch), workers, st)
+        update = SPECS[v.trainer].update_law(v.cfg, r["workers"]) if v.trainer in SPECS else None
+        if update is None:
+            steps, why = None, f"not modelled: {v.trainer}'s statistical efficiency {NO_LAW}"
+        elif _compressor(v) and st is None:
+            steps, why = None, "not modelled: the compressor's update was not measured"
+        else:
+            steps, why = steps_to_target(ref, round(batch), st or UpdateStats(), workers, update)
         r["predicted_steps_to_target"] = None if steps is None else round(steps)
         r["predicted_time_to_target_s"] = None if steps is None else steps * r["predicted_step_s"]
-        span = interval(ref, round(batch), st or UpdateStats(), workers) if steps is not None else None
+        r["to_target_law"] = None if update is None else update.law
+        span = interval(ref, round(batch), st or UpdateStats(), workers, update) if steps is not None else None
         r["predicted_steps_interval"] = None if span is None else [round(span[0]), round(span[1])]
         r["predicted_time_to_target_interval_s"] = None if span is None else [x * r["predicted_step_s"] for x in span]
         r["to_target_note"] = why

@@ -36,6 +36,7 @@ from workbench.compress import COMPRESSORS
 from workbench.compress.delta import DeltaAverager, bucket_numels
 from workbench.compress.messages import Message, build_codec
 from workbench.core import ConfigError, TrainerConfig, store_schema
+from workbench.perfmodel.efficiency import Update
 from workbench.spec import ParadigmSpec, declare
 from workbench.trainers import TRAINERS
 from workbench.trainers.base import Trainer, build_optimizer
@@ -292,6 +293,18 @@ def _block_loops(cfg) -> dict:
     return {f"block/{int(t.block)}": block_loop(int(t.block), bool(t.nesterov), bool(t.reset_local_momentum))}
 
 
+def _averaging_law(cfg, ranks) -> Optional[Update]:
+    """Plain model averaging (η = 0, ζ = 1): on the quadratic model the gradient is linear in the
+    weights, so the average of the workers' local steps is synchronous SGD's step at their whole
+    batch (Stich 2019; Lin et al. 2020 measure it close while the rate is small). Block momentum
+    has no law here: it multiplies the block's rate by ζ/(1 − η), which the one-step model reads as
+    no progress while BMUF learns."""
+    t = cfg.trainer
+    if t.block_momentum is None or float(t.block_momentum) != 0.0 or float(t.block_lr) != 1.0:  # null: 1 - 1/N
+        return None
+    return Update(law="synchronous SGD (model averaging without block momentum)")
+
+
 for _name in ("bmuf", "local_sgd"):  # local SGD is BMUF with eta = 0, zeta = 1: the same model and loop
-    declare(ParadigmSpec(_name, perf_model=_bmuf_model, profile_loops=_block_loops, analytic_bytes=_block_bytes,
+    declare(ParadigmSpec(_name, perf_model=_bmuf_model, update_law=_averaging_law, profile_loops=_block_loops, analytic_bytes=_block_bytes,
                          steady_after=_block_steady, plan_variants=lambda ranks, n=_name: _block_variants(n, ranks)))

@@ -26,6 +26,7 @@ from workbench.compress import COMPRESSORS, build_compressor
 from workbench.compress.messages import Message
 from workbench.compress.hook import CompressionHookState, compression_hook
 from workbench.core import ConfigError, TrainerConfig, store_schema
+from workbench.perfmodel.efficiency import SYNC
 from workbench.spec import ParadigmSpec, declare
 from workbench.trainers import TRAINERS
 from workbench.trainers.sync import SyncTrainer
@@ -149,5 +150,5 @@ def _bench_variants(workers):
 
 
 declare(ParadigmSpec(
-    "compressed", perf_model=_compressed_model, analytic_bytes=_payload_bytes, bench_variants=_bench_variants,
+    "compressed", update_law=lambda cfg, ranks: SYNC, perf_model=_compressed_model, analytic_bytes=_payload_bytes, bench_variants=_bench_variants,
     plan_variants=lambda ranks: [["trainer=compressed", f"compressor={c}"] for c in COMPRESSORS if c != "none"]))

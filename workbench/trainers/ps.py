@@ -39,7 +39,9 @@ from workbench.ps import compression
 from workbench.ps.rules import GradientRule
 from workbench.ps.sharding import ShardLayout
 from workbench.ps.trainer import PSTrainer, smoke_overrides
+from workbench.perfmodel.efficiency import SYNC, Update
 from workbench.spec import ParadigmSpec, declare
+from workbench.stability import rate_factor
 from workbench.trainers import TRAINERS
 from workbench.trainers.base import build_optimizer, lr_at
 
@@ -140,8 +142,18 @@ def _ps_variants(ranks: int) -> list:
     return modes + [[*m, f"compressor={c}"] for m in modes for c in planned(("gradient", "p2p"))]
 
 
+def _ps_law(cfg, ranks) -> Update:
+    """Hardsync is synchronous SGD; Downpour (async) applies each of the λ workers' gradients as it
+    comes, λ − 1 updates stale, at the rate the servers' momentum gives
+    (:func:`workbench.stability.rate_factor`)."""
+    lam = ranks - int(cfg.trainer.num_servers)
+    if cfg.trainer.mode == "sync":
+        return SYNC
+    return Update(rate=rate_factor(cfg), staleness=lam - 1, law=f"stale updates ({lam - 1} old)")
+
+
 declare(ParadigmSpec(
-    "ps", perf_model=_ps_model, analytic_bytes=push_pull_bytes, smoke_overrides=smoke_overrides,
+    "ps", perf_model=_ps_model, update_law=_ps_law, analytic_bytes=push_pull_bytes, smoke_overrides=smoke_overrides,
     plan_variants=_ps_variants,
     bench_variants=lambda workers: [("ps sync (1 server)", ["trainer=ps", "trainer.mode=sync",
                                                             f"cluster.nproc={workers + 1}"])]))

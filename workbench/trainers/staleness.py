@@ -30,7 +30,9 @@ from typing import Optional
 from workbench.core import ConfigError, store_schema
 from workbench.ps.rules import MODULATIONS, ON_STALE
 from workbench.ps.trainer import smoke_overrides
+from workbench.perfmodel.efficiency import SYNC, Update
 from workbench.spec import ParadigmSpec, declare, qualified
+from workbench.stability import rate_factor
 from workbench.trainers import TRAINERS
 from workbench.trainers.ps import GradientPSTrainer, PSConfig, push_pull_bytes
 
@@ -110,7 +112,22 @@ def _protocol(cfg, ranks: int):
     return f"softsync c={(ranks - int(t.num_servers)) // int(t.n)}" if t.protocol == "softsync" else None
 
 
+def _staleness_law(cfg, ranks) -> Update:
+    """n-softsync: updates of c = ⌊λ/n⌋ gradients; while a worker computes, the other λ − 1 push, so
+    its gradient is ⟨τ⟩ = (λ − 1)/c updates old (≈ n, Rudra); with α₀/τ modulation each update runs
+    at 1/n of the rate (per gradient, E[1/τ] ≈ 1/⟨τ⟩), and at what compensated momentum leaves
+    (:func:`workbench.stability.rate_factor`)."""
+    t = cfg.trainer
+    if t.protocol == "hardsync":
+        return SYNC
+    lam, n = ranks - int(t.num_servers), int(t.n)
+    c = max(1, lam // n)
+    rate = (1.0 / n if t.lr_modulation != "none" else 1.0) * rate_factor(cfg)
+    tau = (lam - 1) / c
+    return Update(rate=rate, staleness=tau, law=f"stale updates ({tau:.2g} old)")
+
+
 declare(ParadigmSpec(
-    "staleness", label=_label, perf_model=_staleness_model, smoke_overrides=smoke_overrides, same_protocol=_protocol,
+    "staleness", update_law=_staleness_law, label=_label, perf_model=_staleness_model, smoke_overrides=smoke_overrides, same_protocol=_protocol,
     analytic_bytes=push_pull_bytes,  # one push per worker step, whatever the protocol
     plan_variants=_staleness_variants))

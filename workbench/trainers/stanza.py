@@ -63,6 +63,7 @@ from workbench.meter import AllreduceHookState, flat_collective, metered_sum_hoo
 from workbench.models import MODELS, SplitModel
 from workbench.perfmodel import stanza as pm
 from workbench.perfmodel.profile import boundary_floats, stanza_inputs
+from workbench.perfmodel.efficiency import Update
 from workbench.spec import ParadigmSpec, declare, qualified
 from workbench.trainers import TRAINERS
 from workbench.trainers import stanza_messages as sm
@@ -427,8 +428,12 @@ def _stanza_variants(ranks: int) -> list:
     return split + [[*split[0], f"compressor={c}"] for c in both] if split else []
 
 
+SYNC_BSP = Update(law="synchronous SGD (Stanza is BSP: tests/test_stanza.py's equivalence)")
+
+
 declare(ParadigmSpec(
-    "stanza", label=_label, perf_model=_stanza_model, analytic_bytes=_conv_worker_bytes,
+    "stanza", label=_label, perf_model=_stanza_model,
+    update_law=lambda cfg, ranks: SYNC_BSP,  # BSP: the update is synchronous SGD's at the CONV workers' batch analytic_bytes=_conv_worker_bytes,
     plan_variants=_stanza_variants,
     bench_variants=lambda workers: [(f"stanza {workers - 1} CONV + 1 FC (a CONV worker)",
                                      ["trainer=stanza", "trainer.fc_workers=1", f"cluster.nproc={workers}"])],

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from workbench.core import ConfigError, TrainerConfig, store_schema
 from workbench.gns import GnsState, gns_hook
 from workbench.meter import AllreduceHookState, metered_allreduce_hook
+from workbench.perfmodel.efficiency import SYNC
 from workbench.spec import ParadigmSpec, declare
 from workbench.trainers import TRAINERS
 from workbench.trainers.base import Trainer, build_optimizer, wrap_ddp
@@ -90,4 +91,5 @@ def _sync_model(cfg):
 
 declare(ParadigmSpec(
     "sync", plan_variants=lambda ranks: [["trainer=sync"]], perf_model=_sync_model, analytic_bytes=_ring_bytes,
+    update_law=lambda cfg, ranks: SYNC,
     bench_variants=lambda workers: [("sync (ring all-reduce)", ["trainer=sync", f"cluster.nproc={workers}"])]))
