@@ -520,6 +520,12 @@ def test_accuracy_suite_builds_five_tables_with_a_verdict_each(tmp_path):
     low = accuracy.load(tmp_path / "accuracy-tiny" / "e", target=0.01)[0]["e"]  # a target the tiny sync run reaches
     assert low[0]["steps_to_target"] is not None and low[0]["predicted_steps"] == low[0]["steps_to_target"]
     assert low[1]["predicted_steps"] == pytest.approx(low[0]["steps_to_target"], rel=1e-3)  # bf16: rho 1, omega ~0
+    # (c): each run keeps its samples per step and its paradigm's declared update; the law's steps beside
+    c_entries = json.loads((tmp_path / "accuracy-tiny" / "c" / "index.json").read_text())["entries"]
+    assert [e["record"]["update"] for e in c_entries] == [[1.0, 0.0], [1.0, 0.0]]  # sync, ps hardsync
+    low = accuracy.load(tmp_path / "accuracy-tiny" / "c", target=0.01)[0]["c"]
+    assert low[0]["steps_to_target"] is not None and low[0]["predicted_steps"] == low[0]["steps_to_target"]
+    assert low[1]["predicted_steps"] > 0
     # each entry keeps its run's evaluations: the same tables without any run directory (a fresh checkout)
     for t in "abcde":
         (tmp_path / "accuracy-tiny" / t / "runs").rename(tmp_path / f"runs-{t}")

@@ -93,6 +93,35 @@ def aggregate(entries: list, target: float, root: Path | None = None) -> dict:
     for row in out.get("e", []):
         preds = predicted.get(row["compressor"])
         row["predicted_steps"] = _med(preds, True)[0] if preds else None
+    predicted = predicted_c(entries, target) if "c" in out else {}
+    for row in out.get("c", []):
+        preds = predicted.get((row["processes"], row["paradigm"]))
+        row["predicted_steps"] = _med(preds, True)[0] if preds else None
+    return out
+
+
+def predicted_c(entries: list, target: float) -> dict:
+    """Table (c): each paradigm's steps to ``target`` as the planner's law predicts them from the
+    same seed's sync run on as many processes (its evaluations and global batch), at the run's own
+    samples per worker step and declared update (:func:`workbench.bench.accuracy.law_fields`):
+    ``{(processes, paradigm): [steps or None, ...]}``; paradigms without a law are left out."""
+    from workbench.perfmodel.efficiency import Update, reference_from_evals, steps_to_target
+    refs = {}
+    for e in entries:
+        rec = e.get("record") or {}
+        if e["table"] == "c" and e["config"]["paradigm"] == "sync" and "global_batch" in rec:
+            try:
+                refs[(e["seed"], e["config"]["processes"])] = reference_from_evals(
+                    rec["evals"], rec["global_batch"], target, rec["workers"])
+            except ValueError:  # that seed's sync did not reach the target, or logged no noise scale
+                continue
+    out: dict = {}
+    for e in entries:
+        rec, key = e.get("record") or {}, (e["seed"], e["config"].get("processes"))
+        if e["table"] == "c" and key in refs and rec.get("update") is not None:
+            up = Update(*rec["update"])
+            out.setdefault((key[1], e["config"]["paradigm"]), []).append(
+                steps_to_target(refs[key], rec["global_batch"], workers=rec["workers"], update=up)[0])
     return out
 
 
@@ -188,6 +217,12 @@ def verdict_c(rows: list) -> str:
                 and (r["time_to_target_s"] < sync["time_to_target_s"] or r["steps_to_target"] < sync["steps_to_target"])]
         lines.append(f"- {p} processes: sync {sync['time_to_target_s']:.3g} s, {sync['steps_to_target']} steps; "
                      + (f"faster or fewer steps: {', '.join(beat)} — **does not hold**" if beat else "**holds**"))
+    law = sorted(abs(r["predicted_steps"] / r["steps_to_target"] - 1) for r in rows
+                 if r.get("predicted_steps") and r["steps_to_target"] and r["paradigm"] != "sync")
+    if law:
+        lines.append(f"- the planner's time-to-target law (predicted_steps, docs/time_to_target.md) against the "
+                     f"{len(law)} other paradigms that reached the target: median |error| "
+                     f"{statistics.median(law):.0%}, largest {law[-1]:.0%}")
     return "\n".join(lines)
 
 

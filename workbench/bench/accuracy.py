@@ -156,6 +156,8 @@ def launch(t: str, a, out: Path, started: float | None = None) -> tuple:
                 if t == "e" and cfg.trainer.name == "sync" and rec and "update_stats" not in rec \
                         and (run_dir / "model.pt").is_file():  # kept from before records held it; its run is here
                     rec.update(reference_fields(run_dir, cfg, todo, seed_cfgs))
+                if t == "c" and rec and "update" not in rec:
+                    rec.update(law_fields(cfg))
                 entries.append({**e, "config": cfg_cols})
                 continue
             if a.stop_after is not None and (a.stop_after == 0 or time.monotonic() - started > 60 * a.stop_after):
@@ -165,6 +167,8 @@ def launch(t: str, a, out: Path, started: float | None = None) -> tuple:
             rec = acc.record(run.path)
             if t == "e" and cfg.trainer.name == "sync" and rec["status"] == "completed":
                 rec.update(reference_fields(run.path, cfg, todo, seed_cfgs))
+            if t == "c":
+                rec.update(law_fields(cfg))
             entries.append({"table": t, "config": cfg_cols, "seed": s, "overrides": ov,
                             "run": os.path.relpath(run.path, idx.parent), "record": rec})
             ran += 1
@@ -188,6 +192,19 @@ def reference_fields(run_dir, cfg, todo, seed_cfgs) -> dict:
     n = int(cfg.cluster.nproc)
     return {"global_batch": global_batch_size(cfg, n), "workers": n,
             "update_stats": {k: None if s is None else [s.rho, s.omega, s.error_feedback, s.delta] for k, s in stats.items()}}
+
+
+def law_fields(cfg) -> dict:
+    """What table (c)'s predicted steps need of a run besides its evaluations: the samples of a
+    worker step, its workers, and the update its paradigm declares (``[rate, staleness]``; None: no
+    law, ``ParadigmSpec.update_law``)."""
+    from workbench.data import global_batch_size
+    from workbench.trainers import SPECS, TRAINERS
+    name = cfg.trainer.name
+    w = TRAINERS[name].num_workers(cfg)
+    up = SPECS[name].update_law(cfg, int(cfg.cluster.nproc)) if name in SPECS else None
+    return {"global_batch": global_batch_size(cfg, w), "workers": w,
+            "update": None if up is None else [up.rate, up.staleness]}
 
 
 def load(dirs, target: float | None = None, tol: float = 0.01) -> tuple:
