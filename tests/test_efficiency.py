@@ -128,6 +128,52 @@ def test_a_real_sync_run_gives_a_reference(reference_run):
     assert ref.batch == 32 and ref.workers == 2 and 0 < ref.steps <= 40 and ref.noise_scale > 0
 
 
+def test_a_run_beside_its_predicted_accuracy_curve(reference_run):
+    """The law's curve for the reference's own configuration passes through the reference's
+    evaluations; another paradigm's is drawn beside a run's measured curve, and one without a law
+    says why (the live widget draws the same figure)."""
+    from workbench.analysis import accuracy_against_prediction
+    from workbench.analysis.accuracy import record
+    from workbench.plan.curve import predicted_curve
+    from workbench.runs.handle import Run
+    from workbench.widgets import LiveAccuracy
+    cfg = Run(reference_run).config
+    own = predicted_curve(str(reference_run), cfg)
+    evals = {e[2]: e[0] for e in record(reference_run)["evals"]}
+    assert len(own) >= 3 and all(step == pytest.approx(evals[acc]) for step, acc in zip(own["step"], own["test_accuracy"]))
+    assert list(own["test_accuracy"]) == sorted(own["test_accuracy"])
+    # half the batch: more steps to every accuracy (the batch law)
+    half = predicted_curve(str(reference_run), workbench.compose(["cluster.nproc=2", "data.global_batch_size=16"]))
+    assert (half["step"].to_numpy() > own["step"].to_numpy()).all()
+    with pytest.raises(ValueError, match="no law"):
+        predicted_curve(str(reference_run), workbench.compose(["cluster.nproc=2", "trainer=bmuf"]))
+    fig = accuracy_against_prediction(str(reference_run), str(reference_run))
+    assert [t.name.split(" ")[-1] for t in fig.data] == ["(measured)", "(docs/time_to_target.md)", "(sync)"]
+    live = LiveAccuracy(str(reference_run), str(reference_run))  # an ended run: drawn once, no watcher
+    assert live.ended() and len(live.figure.data) == 3
+
+
+
+def test_the_live_figure_follows_a_run_until_it_ends(reference_run, tmp_path):
+    """A run whose summary is not written yet is redrawn as its metrics grow, and once more at its end."""
+    import shutil
+    import time
+    from workbench.widgets import LiveAccuracy
+    run = tmp_path / "run"
+    shutil.copytree(reference_run, run)
+    (run / "summary.json").rename(tmp_path / "summary.json")
+    lines = (run / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (run / "metrics.jsonl").write_text("".join(lines[: len(lines) // 2]))
+    live = LiveAccuracy(str(run), str(reference_run), every_s=0.2)
+    before = len(live.figure.data[0].x)
+    (run / "metrics.jsonl").write_text("".join(lines))
+    (tmp_path / "summary.json").rename(run / "summary.json")
+    deadline = time.monotonic() + 30
+    while len(live.figure.data[0].x) == before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(live.figure.data[0].x) > before and live.ended()
+
+
 @pytest.mark.parametrize("args,says", [
     (["--reference", "RUN"], "--reference needs --target-accuracy"),
     (["--reference-steps", "50"], "--reference-steps"),

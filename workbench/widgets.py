@@ -4,6 +4,7 @@
     runs, metrics = an.load("experiments/runs/**")
     wb.RunExplorer(runs, metrics)              # pick a panel, filter paradigms, move the accuracy target
     wb.WhatIfExplorer(an.whatif_profile(overrides))   # sliders: bandwidth, ranks, compute speed, compressor
+    wb.LiveAccuracy(run_dir, reference)        # a (running) run beside its predicted accuracy curve
 
 Each explorer is displayable (the last expression of a cell) and keeps the figure it drew last in
 ``.figure``, so a test (or a notebook cell) can read what is on screen. Figures are redrawn into an
@@ -107,6 +108,39 @@ class WhatIfExplorer(_Explorer):
                            + (f"below <b>{cross:.3g} Gbit/s</b>" if cross == cross else "at <b>no</b> bandwidth")
                            + f"; Stanza's best split at {self.gbps.value:.3g} Gbit/s: <b>{best} FC</b> + {w - best} CONV ranks "
                            f"({x:,.0f} samples/s).")
+
+
+class LiveAccuracy(_Explorer):
+    """A run's accuracy beside the curve the time-to-target law predicts for it
+    (:func:`workbench.analysis.accuracy_against_prediction`), redrawn every ``every_s`` seconds from
+    its metrics while it runs, and once more when its summary says it ended."""
+
+    def __init__(self, run_dir, reference, every_s: float = 5.0) -> None:
+        import threading
+        super().__init__()
+        self.run_dir, self.reference, self.every_s = run_dir, reference, every_s
+        self.widget = W.VBox([self.out])
+        self._stop = threading.Event()
+        self.redraw()
+        if not self.ended():
+            threading.Thread(target=self._watch, daemon=True).start()
+
+    def ended(self) -> bool:
+        from pathlib import Path
+        return (Path(self.run_dir) / "summary.json").is_file()
+
+    def redraw(self) -> None:
+        self._show(an.accuracy_against_prediction(self.run_dir, self.reference))
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.every_s):
+            done = self.ended()
+            self.redraw()
+            if done:
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 def launch_button(overrides, description: str = "Launch", on_done: Optional[Callable] = None) -> W.VBox:

@@ -10,6 +10,7 @@ one performance model what-if questions. Nothing here launches a run or imports 
     an.bytes_per_step(metrics).show()                     # stacked by meter category (rank 0)
     an.pareto_front(runs).show()                          # accuracy / throughput Pareto front
     an.whatif_curves(an.whatif_profile(["model=small_cnn"])).show()  # the planner's what-if curves
+    an.accuracy_against_prediction(run_dir, reference).show()  # a run beside its predicted accuracy curve
 
 - :mod:`~workbench.runs.table`: loading, labelling (``paradigm``, ``label``), joining, tables.
 - :mod:`~workbench.analysis.figures`: the plotly figure builders.
@@ -26,7 +27,7 @@ from workbench.analysis.figures import (COLORS, accuracy_vs_time, allocation_fig
 from workbench.runs.table import (COMPRESSION_COLUMNS, MiB, attach, bytes_columns, compression_table, label_runs,
                                      load, paradigm_of, pareto_mask, rank_bytes, select, summary_table,
                                      time_to_accuracy_table, with_variants)
-from workbench.analysis.whatif import (available_compressors, crossover_gbps, crossover_table, reference_run, stanza_prediction,
+from workbench.analysis.whatif import (accuracy_against_prediction, available_compressors, crossover_gbps, crossover_table, reference_run, stanza_prediction,
                                        whatif_frame, whatif_profile)
 
 __all__ = [
@@ -35,6 +36,6 @@ __all__ = [
     "use_notebook_renderer", "whatif_curves",
     "COMPRESSION_COLUMNS", "MiB", "attach", "bytes_columns", "compression_table", "label_runs", "load", "paradigm_of",
     "pareto_mask", "rank_bytes", "select", "summary_table", "time_to_accuracy_table", "with_variants",
-    "available_compressors", "crossover_gbps", "crossover_table", "reference_run", "stanza_prediction", "whatif_frame",
+    "accuracy_against_prediction", "available_compressors", "crossover_gbps", "crossover_table", "reference_run", "stanza_prediction", "whatif_frame",
     "whatif_profile",
 ]

@@ -10,6 +10,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 import pandas as pd
+import plotly.graph_objects as go
 
 if TYPE_CHECKING:
     from workbench.perfmodel.profile import Profile
@@ -131,3 +132,30 @@ def stanza_prediction(profile: "Profile", nodes: Sequence[int], fc_workers: Sequ
         cl = paradigms.Cluster(int(n), gbps * 1e9 / 8, 50e-6)
         pred.append(paradigms.stanza(profile, cl, int(n_f)).samples_per_s if int(n) - int(n_f) >= 1 else float("nan"))
     return pred
+
+
+def accuracy_against_prediction(run_dir: str, reference: str) -> go.Figure:
+    """A run's test accuracy against steps (as far as it has come: a running run's metrics too),
+    beside the curve the time-to-target law predicts for its configuration from ``reference``
+    (:func:`workbench.plan.curve.predicted_curve`) and the reference's own curve; where the law
+    predicts none, the figure says why in its title."""
+    from workbench.analysis.accuracy import record
+    from workbench.plan.curve import predicted_curve
+    from workbench.runs.handle import Run
+    run = Run(run_dir)
+    ev = [(r["step"], r["test_accuracy"]) for r in run.records()
+          if r.get("kind") == "eval" and r.get("test_accuracy") is not None]
+    fig = go.Figure()
+    fig.add_scatter(x=[e[0] for e in ev], y=[e[1] for e in ev], mode="lines+markers", name=f"{run.path.name} (measured)")
+    title = f"{run.config.trainer.name}: measured and predicted accuracy"
+    try:
+        curve = predicted_curve(str(reference), run.config)
+        fig.add_scatter(x=curve["step"], y=curve["test_accuracy"], mode="lines", line={"dash": "dash"},
+                        name="predicted (docs/time_to_target.md)")
+    except ValueError as e:
+        title += f" (no prediction: {e})"
+    ref = record(reference)["evals"]
+    fig.add_scatter(x=[e[0] for e in ref], y=[e[2] for e in ref], mode="lines", line={"dash": "dot", "width": 1},
+                    name="reference (sync)", opacity=0.6)
+    return fig.update_layout(title=title, xaxis_title="optimizer steps", yaxis_title="test accuracy",
+                             yaxis_tickformat=".0%")

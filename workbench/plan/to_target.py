@@ -17,20 +17,26 @@ from workbench.core import ConfigError
 from workbench.perfmodel.efficiency import NO_LAW, Reference, UpdateStats, interval, reference_from_evals, steps_to_target
 
 
-def reference_from_run(run_dir, target: float) -> Reference:
-    """:func:`~workbench.perfmodel.efficiency.reference_from_evals` of a run directory (its config
-    gives the global batch)."""
-    from workbench.analysis.accuracy import record
+def reference_batch(run_dir) -> tuple:
+    """(global batch, workers) of a reference run directory; ValueError in one line where it is no
+    run or not ``trainer=sync``."""
     from workbench.data import global_batch_size
     from workbench.runs.handle import Run
     if not (Path(run_dir) / "config.yaml").is_file():
         raise ValueError("not a run directory (no config.yaml)")
-    run = Run(run_dir)
-    cfg = run.config
+    cfg = Run(run_dir).config
     if cfg.trainer.name != "sync":
         raise ValueError(f"it is a trainer={cfg.trainer.name} run: use a trainer=sync run")
     n = int(cfg.cluster.nproc)
-    return reference_from_evals(record(run_dir)["evals"], global_batch_size(cfg, n), target, n, str(run_dir))
+    return global_batch_size(cfg, n), n
+
+
+def reference_from_run(run_dir, target: float) -> Reference:
+    """:func:`~workbench.perfmodel.efficiency.reference_from_evals` of a run directory (its config
+    gives the global batch)."""
+    from workbench.analysis.accuracy import record
+    batch, n = reference_batch(run_dir)
+    return reference_from_evals(record(run_dir)["evals"], batch, target, n, str(run_dir))
 
 
 def load_reference(run_dir: str, target: float, cfg=None) -> Reference:
