@@ -232,6 +232,13 @@ def test_the_plan_ranks_by_time_to_target(reference_run, tmp_path, capsys):
     sync = w[w["paradigm"] == "sync"]
     assert len(sync) == 2 and (sync["time_to_target_s"] > 0).all()
     assert w[w["paradigm"].str.startswith("bmuf")]["time_to_target_s"].isna().all()
+    # the what-if explorer's toggle: the same curves in time to the target
+    from workbench.widgets import WhatIfExplorer
+    ex = WhatIfExplorer(prof, workers=2, gbps=1.0, overrides=["cluster.nproc=2", "data.global_batch_size=32"],
+                        target=(0.5, str(reference_run)))
+    assert "time to" not in ex.figure.layout.title.text
+    ex.measure.value = "time to 50%"
+    assert ex.figure.layout.title.text.startswith("What-if, time to 50%")
 
 
 @pytest.mark.slow

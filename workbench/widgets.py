@@ -74,10 +74,12 @@ class RunExplorer(_Explorer):
 class WhatIfExplorer(_Explorer):
     """The planner's what-if curves (:func:`workbench.analysis.whatif_curves`, from the calibrated
     model in :mod:`workbench.perfmodel`) under sliders, with a compressor's crossover bandwidth and
-    Stanza's best allocation as text."""
+    Stanza's best allocation as text. With ``target`` = (accuracy, reference run directory) a toggle
+    shows predicted time to that accuracy instead of throughput (docs/time_to_target.md)."""
 
-    def __init__(self, profile, workers: int = 8, gbps: float = 10.0, overrides=()) -> None:
+    def __init__(self, profile, workers: int = 8, gbps: float = 10.0, overrides=(), target=None) -> None:
         super().__init__()
+        self.target = target
         self.profile, self.overrides = profile, list(overrides)
         cu = dict(continuous_update=False, style={"description_width": "initial"})
         self.gbps = W.FloatLogSlider(value=gbps, base=10, min=-1, max=2.5, step=0.05, description="bandwidth (Gbit/s)", **cu)
@@ -87,7 +89,9 @@ class WhatIfExplorer(_Explorer):
         self.compressor = W.Dropdown(options=names, value="powersgd" if "powersgd" in names else names[0],
                                      description="compressor", style=cu["style"])
         self.note = W.HTML()
-        controls = (self.gbps, self.workers, self.speedup, self.compressor)
+        self.measure = W.ToggleButtons(options=["throughput"] + ([f"time to {target[0]:.0%}"] if target else []),
+                                       description="predict", style=cu["style"])
+        controls = (self.gbps, self.workers, self.speedup, self.compressor, self.measure)
         for w in controls:
             w.observe(lambda _: self.redraw(), names="value")
         self.widget = W.VBox([W.HBox(list(controls[:3])), W.HBox(list(controls[3:])), self.note, self.out])
@@ -96,7 +100,9 @@ class WhatIfExplorer(_Explorer):
     def redraw(self) -> None:
         from workbench.perfmodel import paradigms
         p, w, s = self.profile, self.workers.value, self.speedup.value
-        self._show(an.whatif_curves(p, workers=w, gbps=self.gbps.value, speedup=s, overrides=self.overrides))
+        to_target = self.target if self.measure.value != "throughput" else None
+        self._show(an.whatif_curves(p, workers=w, gbps=self.gbps.value, speedup=s, overrides=self.overrides,
+                                    target=to_target))
         c = self.compressor.value
         cross = an.crossover_gbps(p, w, c, s) if c in p.codecs else float("nan")
         prof = p.with_speedup(s * p.speedup)
