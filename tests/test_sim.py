@@ -257,3 +257,37 @@ def test_shared_host_keeps_the_protocol_and_refuses_bad_cores():
     with pytest.raises(ConfigError, match="host_cores") as e:
         check(two(host_cores=0))
     assert "\n" not in str(e.value)
+
+
+def _loop_profile():
+    """The synthetic profile (4 ranks: 3 workers and a server) with the loops the planner prices a
+    row on this host from: the PS loops (header-only and whole-model) and the training loop's
+    bookkeeping, each well above what the idle line and the compute alone would give."""
+    return synthetic_profile(params_conv=100_000, params_fc=50_000,
+                             loops={"ps/async/header": 0.040, "ps/async": 0.060, "bookkeeping": 0.008})
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_on_host_matches_the_planner_from_the_same_profile_terms(n):
+    # a run on this host (loopback, the profiled ranks): the simulator's step and the planner's
+    # analytic ps_async/n-softsync step, both from one profile; dropping any of the terms the
+    # planner charges (compute at λ ranks, the bookkeeping, the in-loop line) leaves the simulator
+    # far outside the tolerance, as the shared-host pool's ideal sharing did (docs/notes/2026-12-08-simulator-throughput.md)
+    from dataclasses import replace
+
+    from workbench.perfmodel import paradigms as P
+    from workbench.perfmodel.cluster import Cluster
+    from workbench.sim.spec import on_host
+    prof = _loop_profile()
+    cl = Cluster(prof.ranks, prof.beta, prof.alpha, prof.beta_allreduce, shared_host=True)
+    planned = P.staleness(prof, cl, 1, n=n).step_s
+    spec = on_host(prof, cl, 1, n=n, steps=200)
+    assert spec.workers == 3 and spec.compute_s == pytest.approx(prof.compute_s(3) + prof.bookkeeping_s())
+    tol = 0.10
+    assert simulate(spec)["step_s"] == pytest.approx(planned, rel=tol)
+    # each term matters: without it the simulated step misses the planner's by more than the tolerance
+    idle_line = replace(spec, bandwidth=prof.beta, latency=prof.alpha)
+    no_book = replace(spec, compute_s=spec.compute_s - prof.bookkeeping_s())
+    one_rank = replace(spec, compute_s=prof.compute_s(1) + prof.bookkeeping_s())
+    for off in (idle_line, no_book, one_rank):
+        assert abs(simulate(off)["step_s"] / planned - 1) > tol

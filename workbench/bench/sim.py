@@ -70,11 +70,13 @@ def main(argv=None) -> None:
                  f"{max(abs(r['⟨τ⟩ real'] - r['⟨τ⟩ sim']) for r in ok):.2f}; total-variation distance between the "
                  f"real and simulated τ distributions ≤ {max(r['TV distance'] for r in ok):.2f} (median "
                  f"{sorted(r['TV distance'] for r in ok)[len(ok) // 2]:.2f}); samples/s |error| {pct('samples/s error')}. "
-                 "The simulator runs these on a shared host (this machine's cores as one processor-sharing pool "
-                 "that the workers' compute, the server and the copies draw from); what it still leaves out shows "
-                 "in rank 0's step, real against simulated: the worker's per-step work outside forward+backward "
-                 "(shards flattened and copied back, data loading, Python) and the noise of a profile timed over "
-                 "3 steps (its single-rank compute differs between the λ rows). Tables 2–5 are predictions beyond this "
+                 f"The planner's analytic samples/s of the same rows: |error| {pct('planner error')}. "
+                 "The simulator prices these runs as the planner prices their rows (workbench.sim.spec.on_host): "
+                 "compute at λ ranks on this host's cores, the training loop's bookkeeping and the point-to-point "
+                 "line in the PS loop (perfmodel.loopback.loop_link), all from the profile; what it leaves out shows "
+                 "in the hardsync rows (the in-loop line is the asynchronous loop's, where messages wait for cores "
+                 "the other workers compute on) and the straggler rows (a sleeping worker frees the cores for the "
+                 "rest). Tables 2–5 are predictions beyond this "
                  "machine, checked only as far as table 1 reaches: the protocol's staleness closely, throughput to "
                  "within the errors above.")
     cmd = "python -m workbench.bench sim " + " ".join(argv if argv is not None else [])

@@ -19,7 +19,11 @@ run; only time is simulated. Per message, with M the model's bytes, S servers, �
 - EASGD: ``period`` local steps (compute + optimizer), then the parameters to the centre, which
   answers at once (the asynchronous elastic rule); staleness does not apply.
 
-That is a network of hosts, one per worker and per server (``host_cores=None``). With
+That is a network of hosts, one per worker and per server (``host_cores=None``). It is also how a
+run on this host is simulated the way the planner prices it (:func:`workbench.sim.spec.on_host`,
+which ``workbench.sim.validate`` uses): the compute is the profile's at λ ranks computing at once
+plus the training loop's bookkeeping, and the line is the one *in the loop*
+(``perfmodel.loopback.loop_link``), whose α' and β' hold a message's waits for a core. With
 ``host_cores=k`` they all share one host of k cores instead, as λ workers and a server run as
 processes on this machine: every CPU activity is a job in a processor-sharing pool
 (:class:`workbench.sim.engine.CorePool`; with j jobs active each runs at min(1, k/j)), and the links
@@ -39,6 +43,10 @@ are no longer resources of their own:
   reads), then the update (``update_s``/S) if the protocol made one, then each reply in turn; a
   worker computes again once every server's reply has been copied in.
 
+The pool shares its k cores ideally (k/j each) and charges a message the idle ping-pong's α and β:
+on a loaded 2-core VM the profile measured k ranks computing at once to take about k times one
+rank's compute (one effective core), and the in-loop line 8–36× the idle one, so the pool ran
+real runs here at 2–3× their speed (docs/notes/2026-12-08-simulator-throughput.md).
 Left out on a shared host: a worker sending shards to S > 1 servers does so as parallel jobs (one
 thread each), where the real worker sends them one after another; the kernel's own work beyond
 the two copies; cache and memory-bandwidth contention (a job's rate depends only on how many run).
@@ -57,7 +65,7 @@ import time
 from collections import deque
 from typing import Dict, List, Optional
 
-from workbench.perfmodel.collectives import SEND_BUFFER
+from workbench.perfmodel import collectives as C
 from workbench.perfmodel.paradigms import HEADER_BYTES
 from workbench.ps.rules import Protocol
 from workbench.sim.engine import CorePool, EventQueue
@@ -124,10 +132,15 @@ class _Cluster:
         self.spec = spec
         self.lam, self.S = lam, S = spec.workers, spec.servers
         self.M = M = spec.model_bytes
-        self.msg = 2 * spec.latency + M / (S * spec.bandwidth)  # header + one shard, on a server's link
-        self.hdr = spec.latency + HEADER_BYTES / spec.bandwidth  # DONE: a header alone
-        self.extra = (M - M / S) / spec.bandwidth  # the worker's link carries every shard
-        self.blocked = max(0.0, M / S - SEND_BUFFER) / spec.bandwidth  # a reply's part the socket buffer cannot take
+        b, a = spec.bandwidth, spec.latency
+        # the planner's prices (perfmodel.collectives), split into what holds whom: a server takes a
+        # header and one shard in (its service time, were its socket buffer unbounded) ...
+        self.msg = C.server_service_time(M, S, b, a, send_buffer=math.inf)
+        self.hdr = a + HEADER_BYTES / b  # DONE: a header alone
+        # ... the worker's link carries every shard (its push alone: collectives.ps_transfer_time) ...
+        self.extra = C.ps_transfer_time(M, 1, S, b, a) - self.msg
+        # ... and a reply holds the server only for the part the socket buffer cannot take
+        self.blocked = C.server_service_time(M, S, b, a) - self.msg
         self.upd = spec.update_s / S
         self.easgd = easgd = spec.protocol == "easgd"
         self.local = spec.update_s if easgd else 0.0  # EASGD's workers run their optimizer every step

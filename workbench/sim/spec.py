@@ -151,5 +151,22 @@ def from_profile(prof, workers: int, bandwidth: float, latency: float = 0.0, *, 
                    model_bytes=prof.model_bytes, bandwidth=bandwidth, latency=latency, update_s=prof.update_s(), batch=prof.batch, **kw)
 
 
+def on_host(prof, cl, servers: int = 1, **kw) -> SimSpec:
+    """The spec of a PS row on this host (``cl``: the planner's :class:`~workbench.perfmodel.cluster.Cluster`
+    of it, loopback) priced from the same profile terms as the planner's ``ps_async``
+    (:mod:`workbench.perfmodel.paradigms.ps`): each worker's compute at the ranks computing at once
+    on the shared cores (``cl.concurrency``, as ``cluster.worker_compute``) plus the training loop's
+    ``bookkeeping_s``; the optimizer's ``update_s``; and every message on the point-to-point line *in
+    the loop* (``loopback.loop_link``, which at the profiled ranks holds the waits for a core that
+    the idle ping-pong's α, β do not), with the server's service of
+    ``collectives.server_service_time`` (the network engine, ``host_cores=None``). Stragglers are
+    ``cl``'s."""
+    from workbench.perfmodel.loopback import loop_link
+    lam = cl.ranks - servers
+    link = loop_link(prof, cl, servers)
+    return from_profile(prof, lam, min(link.bandwidth, 1e30), link.latency, concurrency=cl.concurrency(lam),
+                        servers=servers, stragglers=tuple(s for s in cl.stragglers if 0 <= s[0] < lam), **kw)
+
+
 def with_(spec: SimSpec, **kw) -> SimSpec:
     return replace(spec, **kw)

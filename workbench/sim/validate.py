@@ -3,27 +3,26 @@
 
 Per run: the real τ histogram, ⟨τ⟩, max τ and samples/s (the servers' gradients × batch over rank 0's
 training time) beside the simulator's, with the errors: |Δ⟨τ⟩|, the total-variation distance between
-the two τ distributions (½ Σ|p − q|: 0 identical, 1 disjoint) and the samples/s error. The simulator
-puts every worker and the server on one host of this machine's cores (``host_cores`` =
-``os.cpu_count()``: the validation runs are all processes here), so it gets the profile's
-*single-rank* compute (one batch's CPU-seconds; the pool does the time-sharing that the profile's
-λ-rank figure measured), optimizer and loopback link; the row's "sim model" says so. Only the
-compute *spread* (cv) is taken from a real run: a lognormal fitted to the middle half
-(:func:`robust_cv`) of rank 0's step times in the asynchronous run at that λ, where a worker waits
-for nobody (the meter's communication time cannot be subtracted: on loopback it covers nearly the
-whole step). Rank 0's median step, real and simulated, is shown beside the profile's compute.
-Samples/s count, as the staleness benchmark does, every applied gradient per second of rank 0's loop.
+the two τ distributions (½ Σ|p − q|: 0 identical, 1 disjoint) and the samples/s error, and the
+planner's analytic samples/s of the same row. The simulator prices each run as the planner prices its
+row (:func:`spec_here`, :func:`workbench.sim.spec.on_host`): the profile (λ + 1 ranks, with the loops
+the planner times: the parameter server's and the training loop's bookkeeping) gives each worker's
+compute at λ ranks computing at once, the bookkeeping, the optimizer and the in-loop line α', β'
+(``perfmodel.loopback.loop_link``); the row's "sim model" says which line. Only the compute *spread*
+(cv) is taken from a real run: a lognormal fitted to the middle half (:func:`robust_cv`) of rank 0's
+step times in the asynchronous run at that λ, where a worker waits for nobody. Rank 0's median step,
+real and simulated, is shown beside the profile's compute. Samples/s count, as the staleness benchmark
+does, every applied gradient per second of rank 0's loop.
 """
 from __future__ import annotations
 
 import math
-import os
 import statistics
 from pathlib import Path
 from typing import List, Optional, Sequence
 
 from workbench.sim.ps import simulate
-from workbench.sim.spec import SimSpec
+from workbench.sim.spec import SimSpec, on_host
 
 BATCH = 16
 
@@ -63,53 +62,82 @@ def robust_cv(xs: Sequence[float]) -> float:
     return math.sqrt(math.expm1(sigma * sigma))
 
 
-def real_run(lam: int, overrides: List[str], steps: int, out: Path):
+def run_cfg(lam: int, overrides: List[str], steps: int, out: Path):
+    """The config of one real run: ``trainer=staleness`` on λ workers and one server."""
     import workbench
     # momentum compensated for the implied momentum of asynchrony, so that async at λ = 4 and 8 does not
     # diverge (the timing and the protocol's decisions do not depend on it)
-    cfg = workbench.compose(["trainer=staleness", "trainer.compensate_momentum=true", *overrides, f"cluster.nproc={lam + 1}", f"trainer.max_steps={steps}",
-                             "trainer.eval_every=100000", f"data.batch_size={BATCH}", "trainer.progress=false",
-                             "checkpoint.every=0", "cluster.timeout_s=300", f"output_root={out}"])
-    return workbench.launch(cfg, progress=False, check=False)
+    return workbench.compose(["trainer=staleness", "trainer.compensate_momentum=true", *overrides, f"cluster.nproc={lam + 1}",
+                              f"trainer.max_steps={steps}", "trainer.eval_every=100000", f"data.batch_size={BATCH}",
+                              "trainer.progress=false", "checkpoint.every=0", "cluster.timeout_s=300", f"output_root={out}"])
+
+
+def real_run(lam: int, overrides: List[str], steps: int, out: Path):
+    import workbench
+    return workbench.launch(run_cfg(lam, overrides, steps, out), progress=False, check=False)
+
+
+def row_here(prof, cfg, lam: int):
+    """The run ``cfg``'s row as the planner sees it: loopback, λ + 1 ranks, the run's stragglers
+    (``plan.rows.cluster_for``)."""
+    from workbench.plan.rows import LOOPBACK, cluster_for
+    return cluster_for(cfg, prof, lam + 1, LOOPBACK, 0.0)
+
+
+def spec_here(prof, cfg, lam: int, **kw) -> SimSpec:
+    """The simulated twin of the run ``cfg`` on this host, priced by :func:`workbench.sim.spec.on_host`
+    from the same profile terms as the planner's ``ps_async``."""
+    return on_host(prof, row_here(prof, cfg, lam), 1, **kw)
+
+
+def planner_samples_per_s(prof, cfg, lam: int, fields: dict) -> float:
+    """The planner's analytic samples/s of the same row (``paradigms.staleness``), for comparison."""
+    from workbench.perfmodel import paradigms as P
+    hard = fields.get("protocol") == "hardsync"
+    return P.staleness(prof, row_here(prof, cfg, lam), 1, n=fields.get("n") or lam, hardsync=hard).samples_per_s
 
 
 def profile_for(lam: int, root: Path, log=print):
-    """This machine's profile of the small CNN with λ + 1 ranks (cached under ``root``/profiles)."""
+    """This machine's profile of the small CNN with λ + 1 ranks (cached under ``root``/profiles), with
+    the loops the planner times for its rows on this host (``plan.rows.profile_loops``: the
+    parameter server's, and the training loop's bookkeeping), which :func:`spec_here` prices from."""
     import workbench
     from workbench.perfmodel.profile import load_or_measure
+    from workbench.plan.rows import profile_loops
     cfg = workbench.compose([f"data.batch_size={BATCH}", f"cluster.nproc={lam + 1}"])
-    return load_or_measure(cfg, lam + 1, None, root=str(root), log=log)
+    return load_or_measure(cfg, lam + 1, None, root=str(root), log=log, loop_fns=profile_loops(cfg, {}))
 
 
 def compare(lams: Sequence[int] = (2, 4), steps: int = 100, delay: float = 0.05, out: Optional[Path] = None,
             log=print) -> List[dict]:
     """Run every protocol of :func:`protocols` for real and simulated at each λ; one row each."""
     out = Path(out or "experiments/bench/sim")
-    cores = os.cpu_count() or 1
     rows = []
     for lam in lams:
         prof = profile_for(lam, out, log)
-        runs = [(label, fields, real_run(lam, ov, steps, out / "runs")) for label, ov, fields in protocols(lam, delay)]
+        runs = [(label, fields, ov, real_run(lam, ov, steps, out / "runs")) for label, ov, fields in protocols(lam, delay)]
         # the spread: rank 0's step times in the asynchronous run, where a worker waits for nobody
-        async_run = next((r for label, f, r in runs if f.get("n") == lam and not f.get("stragglers")), None)
+        async_run = next((r for label, f, ov, r in runs if f.get("n") == lam and not f.get("stragglers")), None)
         cv = robust_cv(step_times(async_run.records())) if async_run is not None and async_run.summary.get("ps") else 0.0
-        for label, fields, run in runs:
+        for label, fields, ov, run in runs:
             s = run.summary
             ps = s.get("ps") or {}
             if s.get("status") != "completed" or not ps:
                 rows.append({"λ": lam, "protocol": f"{label} (run {s.get('status')})", "run": run.path.name})
                 continue
-            # every process of the run shares this host: one pool of its cores, single-rank compute
-            spec = SimSpec(workers=lam, compute_s=prof.compute_s(1), model_bytes=prof.model_bytes,
-                           bandwidth=prof.beta, latency=prof.alpha, update_s=prof.update_s(), steps=steps,
-                           batch=BATCH, cv=min(cv, 10.0), seed=lam, host_cores=cores, **fields)
+            # the run's row as the planner prices it: compute at λ ranks on these cores, bookkeeping, the
+            # in-loop line (the stragglers come from the run's own config)
+            fields = {k: v for k, v in fields.items() if k != "stragglers"}
+            cfg = run_cfg(lam, ov, steps, out / "runs")
+            spec = spec_here(prof, cfg, lam, steps=steps, cv=min(cv, 10.0), seed=lam, **fields)
             sim = simulate(spec)
+            planner_sps = planner_samples_per_s(prof, cfg, lam, fields)
             # as the staleness benchmark counts: every gradient applied, per second of rank 0's loop
             real_sps = ps["gradients"] * BATCH / s["train_time_s"]
             sim_sps = sim["gradients_applied"] * BATCH / sim["done_s"][0]
             rows.append({"λ": lam, "protocol": label, "steps": steps,
-                         "sim model": f"shared host, {cores} cores",
-                         "compute ms (profile, 1 rank)": round(1e3 * spec.compute_s, 1),
+                         "sim model": f"in-loop line α' {1e3 * spec.latency:.2f} ms, M/β' {1e3 * spec.model_bytes / spec.bandwidth:.2f} ms",
+                         "compute + bookkeeping ms (profile, λ ranks)": round(1e3 * spec.compute_s, 1),
                          "cv": round(cv, 2),
                          "rank 0 step ms (real / sim)": f"{1e3 * statistics.median(step_times(run.records())):.1f} / "
                                                         f"{1e3 * sim['done_s'][0] / steps:.1f}",
@@ -119,7 +147,9 @@ def compare(lams: Sequence[int] = (2, 4), steps: int = 100, delay: float = 0.05,
                          "τ hist sim": " ".join(map(str, sim["staleness_hist"])),
                          "TV distance": round(tv_distance(ps["staleness_hist"], sim["staleness_hist"]), 3),
                          "samples/s real": round(real_sps), "samples/s sim": round(sim_sps),
-                         "samples/s error": f"{100 * (sim_sps / real_sps - 1):+.0f} %", "run": run.path.name})
+                         "samples/s error": f"{100 * (sim_sps / real_sps - 1):+.0f} %",
+                         "samples/s planner": round(planner_sps),
+                         "planner error": f"{100 * (planner_sps / real_sps - 1):+.0f} %", "run": run.path.name})
             log(f"λ={lam} {label}: ⟨τ⟩ {rows[-1]['⟨τ⟩ real']} real, {rows[-1]['⟨τ⟩ sim']} sim; "
                 f"samples/s {rows[-1]['samples/s real']} real, {rows[-1]['samples/s sim']} sim")
     return rows
