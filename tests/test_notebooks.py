@@ -141,3 +141,20 @@ def test_report_renders_in_headless_chromium(quickstart_report, tmp_path):
     for d in divs:
         assert d.select("svg.main-svg"), f"figure {d.get('id')} did not render"
         assert d.select("g.trace, path.point, g.point"), f"figure {d.get('id')} has an empty plot area"
+
+
+@pytest.mark.slow
+def test_notebook_70_renders_the_committed_accuracy_tables(tmp_path):
+    """The accuracy campaigns' tables kept in git (experiments/accuracy-runs/<t>.json) render in notebook
+    70 without a run directory: each table with its claim and verdict, and its figure."""
+    kept = sorted(p.stem for p in (ROOT / "experiments" / "accuracy-runs").glob("*.json"))
+    assert "e" in kept, kept
+    cmd = [sys.executable, "-m", "workbench.report", str(NB_DIR / "70_accuracy_at_scale.ipynb"), "--out", str(tmp_path),
+           "-p", "tiny", "False", "-p", "runs_glob", "experiments/accuracy-runs/*.json", "-p", "only", ",".join(kept)]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    nb = nbformat.read(str(next(tmp_path.glob("*/*_70_accuracy_at_scale.ipynb"))), as_version=4)
+    text = "".join(o.get("text", "") + str(o.get("data", {}).get("text/markdown", "")) for c in _code_cells(nb) for o in c.outputs)
+    for t in kept:
+        assert f"### ({t})" in text and "Claim:" in text
+    assert "uncompressed sync" in text  # table (e)'s rows
