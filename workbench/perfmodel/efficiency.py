@@ -38,9 +38,9 @@ as the best for its batch). Measured on ``digits_hard`` within the sync seeds' s
 (docs/time_to_target.md); the quadratic model's rate per update, tried first, was not
 (docs/notes/2026-12-08-staleness-law.md).
 
-Stanza (BSP) and local SGD without block momentum (averaging commutes with a linear gradient)
-declare synchronous SGD's update. A paradigm that declares none (BMUF's block momentum, EASGD's
-elastic force) has no law here.
+Stanza (BSP) declares synchronous SGD's update; local SGD, BMUF and EASGD the same samples law
+(averaging commutes with a linear gradient; block momentum at ζ ≤ 1 is stable on the quadratic;
+the elastic force's stability is not checked). A paradigm that declares none has no law here.
 """
 from __future__ import annotations
 

@@ -294,15 +294,16 @@ def _block_loops(cfg) -> dict:
 
 
 def _averaging_law(cfg, ranks) -> Optional[Update]:
-    """Plain model averaging (η = 0, ζ = 1): on the quadratic model the gradient is linear in the
-    weights, so the average of the workers' local steps is synchronous SGD's step at their whole
-    batch (Stich 2019; Lin et al. 2020 measure it close while the rate is small). Block momentum
-    has no law here: it multiplies the block's rate by ζ/(1 − η), which the one-step model reads as
-    no progress while BMUF learns."""
-    t = cfg.trainer
-    if t.block_momentum is None or float(t.block_momentum) != 0.0 or float(t.block_lr) != 1.0:  # null: 1 - 1/N
+    """Model averaging makes the progress synchronous SGD makes from the same samples: on the
+    quadratic model the gradient is linear in the weights, so the average of the workers' local
+    steps is synchronous SGD's step at their whole batch (Stich 2019; Lin et al. 2020 measure it
+    close while the rate is small). Block momentum η (Nesterov) with block rate ζ is stable there
+    while the block's own progress ζ(1 − (1 − a)^H) stays below 2(1 + η)/(1 + 2η), which ζ ≤ 1
+    guarantees; a larger ζ has no law here."""
+    if float(cfg.trainer.block_lr) > 1.0:
         return None
-    return Update(law="synchronous SGD (model averaging without block momentum)")
+    plain = cfg.trainer.block_momentum is not None and float(cfg.trainer.block_momentum) == 0.0
+    return Update(law="samples (model averaging" + (")" if plain else ", block momentum)"))
 
 
 for _name in ("bmuf", "local_sgd"):  # local SGD is BMUF with eta = 0, zeta = 1: the same model and loop

@@ -42,6 +42,7 @@ from workbench.meter import nbytes
 from workbench.ps import protocol as P
 from workbench.ps.stats import ServerStats
 from workbench.ps.trainer import PSTrainer, smoke_overrides
+from workbench.perfmodel.efficiency import Update
 from workbench.spec import ParadigmSpec, declare
 from workbench.trainers import TRAINERS
 from workbench.trainers.base import build_optimizer
@@ -289,4 +290,9 @@ def _easgd_variants(ranks: int) -> list:
     return [["trainer=easgd"]] + [["trainer=easgd", f"compressor={c}"] for c in planned(("delta", "p2p"))]
 
 
-declare(ParadigmSpec("easgd", perf_model=_easgd_model, smoke_overrides=smoke_overrides, plan_variants=_easgd_variants))
+# Time to target: the samples law of the other averaging paradigms (docs/time_to_target.md); the
+# elastic force's own stability (Zhang et al. 2015 on the quadratic) is not checked.
+SAMPLES = Update(law="samples (elastic averaging, stability not checked)")
+
+declare(ParadigmSpec("easgd", perf_model=_easgd_model, smoke_overrides=smoke_overrides, plan_variants=_easgd_variants,
+                     update_law=lambda cfg, ranks: SAMPLES))
