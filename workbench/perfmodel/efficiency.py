@@ -34,9 +34,7 @@ and Mitliagkas et al.'s for momentum compensated for asynchrony — unless the d
 diverge: gradient descent on a quadratic whose gradient is τ updates old is stable only below
 ``2 sin(π / (2(2τ + 1)))`` of the curvature's rate (Levin & May 1976; 2 at τ = 0), and an update at
 ``rate`` times synchronous SGD's runs at ``rate / (1 + B_noise / B)`` of it (the reference's rate taken
-as the best for its batch). Measured on ``digits_hard`` within the sync seeds' spread
-(docs/time_to_target.md); the quadratic model's rate per update, tried first, was not
-(docs/notes/2026-12-08-staleness-law.md).
+as the best for its batch). Its measurements: docs/time_to_target.md.
 
 Stanza (BSP) declares synchronous SGD's update; local SGD, BMUF and EASGD the same samples law
 (averaging commutes with a linear gradient; block momentum at ζ ≤ 1 is stable on the quadratic;
