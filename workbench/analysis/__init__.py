@@ -27,8 +27,9 @@ from workbench.analysis.figures import (COLORS, accuracy_vs_time, allocation_fig
 from workbench.runs.table import (COMPRESSION_COLUMNS, MiB, attach, bytes_columns, compression_table, label_runs,
                                      load, paradigm_of, pareto_mask, rank_bytes, select, summary_table,
                                      time_to_accuracy_table, with_variants)
-from workbench.analysis.whatif import (accuracy_against_prediction, available_compressors, crossover_gbps, crossover_table, reference_run, stanza_prediction,
-                                       whatif_frame, whatif_profile)
+from workbench.analysis.whatif import (accuracy_against_prediction, available_compressors, crossover_gbps,
+                                       crossover_table, reference_overrides, reference_run, stanza_prediction,
+                                       whatif_frame, whatif_profile, whatif_to_target)
 
 __all__ = [
     "COLORS", "accuracy_vs_time", "allocation_figure", "bytes_per_rank", "bytes_per_step", "dashboard",
@@ -36,6 +37,6 @@ __all__ = [
     "use_notebook_renderer", "whatif_curves",
     "COMPRESSION_COLUMNS", "MiB", "attach", "bytes_columns", "compression_table", "label_runs", "load", "paradigm_of",
     "pareto_mask", "rank_bytes", "select", "summary_table", "time_to_accuracy_table", "with_variants",
-    "accuracy_against_prediction", "available_compressors", "crossover_gbps", "crossover_table", "reference_run", "stanza_prediction", "whatif_frame",
-    "whatif_profile",
+    "accuracy_against_prediction", "available_compressors", "crossover_gbps", "crossover_table",
+    "reference_overrides", "reference_run", "stanza_prediction", "whatif_frame", "whatif_profile", "whatif_to_target",
 ]
