@@ -23,13 +23,14 @@ from __future__ import annotations
 
 from workbench.analysis.figures import (COLORS, accuracy_vs_time, allocation_figure, bytes_per_rank, bytes_per_step,
                                         dashboard, metric_histogram, metric_vs_step, pareto_front,
-                                        throughput_vs_workers, time_to_accuracy, use_notebook_renderer, whatif_curves)
+                                        throughput_vs_workers, time_to_accuracy, use_notebook_renderer, whatif_curves,
+                                        whatif_to_target)
 from workbench.runs.table import (COMPRESSION_COLUMNS, MiB, attach, bytes_columns, compression_table, label_runs,
                                      load, paradigm_of, pareto_mask, rank_bytes, select, summary_table,
                                      time_to_accuracy_table, with_variants)
 from workbench.analysis.whatif import (accuracy_against_prediction, available_compressors, crossover_gbps,
                                        crossover_table, reference_overrides, reference_run, stanza_prediction,
-                                       whatif_frame, whatif_profile, whatif_to_target)
+                                       whatif_frame, whatif_profile)
 
 __all__ = [
     "COLORS", "accuracy_vs_time", "allocation_figure", "bytes_per_rank", "bytes_per_step", "dashboard",

@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench.runs.table import MiB, labelled, bytes_columns, pareto_mask, time_to_accuracy_table
-from workbench.analysis.whatif import reference_run, stanza_prediction, whatif_frame
+from workbench.analysis.whatif import reference_overrides, reference_run, stanza_prediction, whatif_frame, whatif_profile
 
 if TYPE_CHECKING:
     from workbench.perfmodel.profile import Profile
@@ -261,6 +261,16 @@ def whatif_curves(profile: "Profile", workers: int = 8, gbps: float = 10.0, spee
                         "(workbench.perfmodel, profiled on this machine)", legend_title_text="paradigm")
     return fig
 
+
+
+def whatif_to_target(reference, target: float, workers: int = 8, gbps: float = 10.0,
+                     compressors: Sequence[str] = ()) -> go.Figure:
+    """The what-if curves (against bandwidth and ranks) in predicted time to ``target`` for the model,
+    data and batch of the ``reference`` run (a sync run that reached it, :func:`reference_run`),
+    from a profile of them measured here once (:func:`whatif_profile`, with ``compressors``' codecs)."""
+    ov = reference_overrides(reference)
+    prof = whatif_profile(ov, ranks=int(ov[-1].split("=")[1]), compressors=list(compressors))
+    return whatif_curves(prof, workers=workers, gbps=gbps, overrides=ov, target=(target, str(reference)))
 
 def dashboard(runs: pd.DataFrame, metrics: pd.DataFrame, target: float = 0.9,
               profile: Optional["Profile"] = None, overrides: Sequence[str] = ()) -> Dict[str, go.Figure]:

@@ -168,14 +168,3 @@ def reference_overrides(run_dir) -> List[str]:
     gb = cfg.data.get("global_batch_size")
     return [f"model={cfg.model.name}", f"data={cfg.data.name}", f"data.batch_size={cfg.data.batch_size}",
             f"data.global_batch_size={'null' if gb is None else gb}", f"cluster.nproc={cfg.cluster.nproc}"]
-
-
-def whatif_to_target(reference, target: float, workers: int = 8, gbps: float = 10.0,
-                     compressors: Sequence[str] = ()) -> go.Figure:
-    """The what-if curves (against bandwidth and ranks) in predicted time to ``target`` for the model,
-    data and batch of the ``reference`` run (a sync run that reached it, :func:`reference_run`),
-    from a profile of them measured here once (:func:`whatif_profile`, with ``compressors``' codecs)."""
-    from workbench.analysis.figures import whatif_curves
-    ov = reference_overrides(reference)
-    prof = whatif_profile(ov, ranks=int(ov[-1].split("=")[1]), compressors=list(compressors))
-    return whatif_curves(prof, workers=workers, gbps=gbps, overrides=ov, target=(target, str(reference)))
