@@ -268,8 +268,9 @@ def whatif_to_target(reference, target: float, workers: int = 8, gbps: float = 1
     """The what-if curves (against bandwidth and ranks) in predicted time to ``target`` for the model,
     data and batch of the ``reference`` run (a sync run that reached it, :func:`reference_run`),
     from a profile of them measured here once (:func:`whatif_profile`, with ``compressors``' codecs)."""
+    from workbench.runs.handle import Run
     ov = reference_overrides(reference)
-    prof = whatif_profile(ov, ranks=int(ov[-1].split("=")[1]), compressors=list(compressors))
+    prof = whatif_profile(ov, ranks=int(Run(reference).config.cluster.nproc), compressors=list(compressors))
     return whatif_curves(prof, workers=workers, gbps=gbps, overrides=ov, target=(target, str(reference)))
 
 def dashboard(runs: pd.DataFrame, metrics: pd.DataFrame, target: float = 0.9,

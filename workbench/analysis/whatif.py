@@ -162,9 +162,16 @@ def accuracy_against_prediction(run_dir: str, reference: str) -> go.Figure:
 
 
 def reference_overrides(run_dir) -> List[str]:
-    """The overrides that plan what a run trained: its model, data set and batch on its ranks."""
+    """The overrides that plan what a run trained: its model, its data set with every one of its
+    ``data.*`` values (its cache's root, size and augmentation too), its ranks; profiles kept under
+    the project's ``experiments/``."""
+    import workbench
+    from omegaconf import OmegaConf
+
     from workbench.runs.handle import Run
     cfg = Run(run_dir).config
-    gb = cfg.data.get("global_batch_size")
-    return [f"model={cfg.model.name}", f"data={cfg.data.name}", f"data.batch_size={cfg.data.batch_size}",
-            f"data.global_batch_size={'null' if gb is None else gb}", f"cluster.nproc={cfg.cluster.nproc}"]
+    data = OmegaConf.to_container(cfg.data, resolve=True)
+    keys = [f"data.{k}={'null' if v is None else v}" for k, v in data.items()
+            if k != "name" and not isinstance(v, (dict, list))]
+    return [f"model={cfg.model.name}", f"data={cfg.data.name}", *keys, f"cluster.nproc={cfg.cluster.nproc}",
+            f"output_root={workbench.project_path('experiments')}"]
