@@ -433,7 +433,8 @@ SYNC_BSP = Update(law="synchronous SGD (Stanza is BSP: tests/test_stanza.py's eq
 
 declare(ParadigmSpec(
     "stanza", label=_label, perf_model=_stanza_model,
-    update_law=lambda cfg, ranks: SYNC_BSP,  # BSP: the update is synchronous SGD's at the CONV workers' batch analytic_bytes=_conv_worker_bytes,
+    analytic_bytes=_conv_worker_bytes,
+    update_law=lambda cfg, ranks: SYNC_BSP,  # BSP: the update is synchronous SGD's at the CONV workers' batch
     plan_variants=_stanza_variants,
     bench_variants=lambda workers: [(f"stanza {workers - 1} CONV + 1 FC (a CONV worker)",
                                      ["trainer=stanza", "trainer.fc_workers=1", f"cluster.nproc={workers}"])],
