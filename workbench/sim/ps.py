@@ -43,10 +43,10 @@ are no longer resources of their own:
   reads), then the update (``update_s``/S) if the protocol made one, then each reply in turn; a
   worker computes again once every server's reply has been copied in.
 
-The pool shares its k cores ideally (k/j each) and charges a message the idle ping-pong's α and β:
-on a loaded 2-core VM the profile measured k ranks computing at once to take about k times one
-rank's compute (one effective core), and the in-loop line 8–36× the idle one, so the pool ran
-real runs here at 2–3× their speed (docs/notes/2026-12-08-simulator-throughput.md).
+The pool shares its k cores ideally (k/j each) and charges a message the idle ping-pong's α and β,
+so it is optimistic wherever the profile measures ranks computing at once slower than k ideal cores
+or the in-loop line slower than the idle one; :func:`workbench.sim.spec.on_host` prices a run on
+this host from the planner's measured terms instead (docs/simulator.md).
 Left out on a shared host: a worker sending shards to S > 1 servers does so as parallel jobs (one
 thread each), where the real worker sends them one after another; the kernel's own work beyond
 the two copies; cache and memory-bandwidth contention (a job's rate depends only on how many run).
