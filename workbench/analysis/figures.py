@@ -262,7 +262,6 @@ def whatif_curves(profile: "Profile", workers: int = 8, gbps: float = 10.0, spee
     return fig
 
 
-
 def whatif_to_target(reference, target: float, workers: int = 8, gbps: float = 10.0,
                      compressors: Sequence[str] = ()) -> go.Figure:
     """The what-if curves (against bandwidth and ranks) in predicted time to ``target`` for the model,
@@ -272,6 +271,7 @@ def whatif_to_target(reference, target: float, workers: int = 8, gbps: float = 1
     ov = reference_overrides(reference)
     prof = whatif_profile(ov, ranks=int(Run(reference).config.cluster.nproc), compressors=list(compressors))
     return whatif_curves(prof, workers=workers, gbps=gbps, overrides=ov, target=(target, str(reference)))
+
 
 def dashboard(runs: pd.DataFrame, metrics: pd.DataFrame, target: float = 0.9,
               profile: Optional["Profile"] = None, overrides: Sequence[str] = ()) -> Dict[str, go.Figure]:

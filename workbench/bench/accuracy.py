@@ -198,13 +198,9 @@ def law_fields(cfg) -> dict:
     """What table (c)'s predicted steps need of a run besides its evaluations: the samples of a
     worker step, its workers, and the update its paradigm declares (``[rate, staleness]``; None: no
     law, ``ParadigmSpec.update_law``)."""
-    from workbench.data import global_batch_size
-    from workbench.trainers import SPECS, TRAINERS
-    name = cfg.trainer.name
-    w = TRAINERS[name].num_workers(cfg)
-    up = SPECS[name].update_law(cfg, int(cfg.cluster.nproc)) if name in SPECS else None
-    return {"global_batch": global_batch_size(cfg, w), "workers": w,
-            "update": None if up is None else [up.rate, up.staleness]}
+    from workbench.plan.to_target import declared_update
+    batch, w, up = declared_update(cfg)
+    return {"global_batch": batch, "workers": w, "update": None if up is None else [up.rate, up.staleness]}
 
 
 def load(dirs, target: float | None = None, tol: float = 0.01) -> tuple:

@@ -31,20 +31,14 @@ def predicted_curve(reference: str, cfg) -> pd.DataFrame:
     reached at an evaluation that logged a noise scale. ValueError, in one line, where the
     configuration's paradigm has no law or the law predicts no progress."""
     from workbench.analysis.accuracy import record
-    from workbench.core import world_size
-    from workbench.data import global_batch_size
-    from workbench.plan.to_target import reference_batch
-    from workbench.trainers import SPECS, TRAINERS
+    from workbench.plan.to_target import declared_update, reference_batch
     ref_batch, ref_workers = reference_batch(reference)
-    name = cfg.trainer.name
-    update = SPECS[name].update_law(cfg, world_size(cfg)) if name in SPECS else None
+    batch, workers, update = declared_update(cfg)
     if update is None:
-        raise ValueError(f"trainer={name}'s statistical efficiency has no law here yet (docs/time_to_target.md)")
+        raise ValueError(f"trainer={cfg.trainer.name}'s statistical efficiency has no law here yet (docs/time_to_target.md)")
     stats = _update_stats(reference, cfg)
     if stats is None:
         raise ValueError(f"compressor={cfg.compressor.name}'s update could not be measured on the reference")
-    workers = TRAINERS[name].num_workers(cfg)
-    batch = global_batch_size(cfg, workers)
     evals, rows, best = record(reference)["evals"], [], 0.0
     for _, _, acc, _ in evals:
         if acc is None or acc <= best:

@@ -31,6 +31,17 @@ def reference_batch(run_dir) -> tuple:
     return global_batch_size(cfg, n), n
 
 
+def declared_update(cfg) -> tuple:
+    """(samples of a worker step, workers, the update its paradigm declares or None) of a run's
+    config (``ParadigmSpec.update_law``)."""
+    from workbench.core import world_size
+    from workbench.data import global_batch_size
+    from workbench.spec import spec_of
+    from workbench.trainers import TRAINERS
+    w = TRAINERS[cfg.trainer.name].num_workers(cfg)
+    return global_batch_size(cfg, w), w, spec_of(cfg.trainer.name).update_law(cfg, world_size(cfg))
+
+
 def reference_from_run(run_dir, target: float) -> Reference:
     """:func:`~workbench.perfmodel.efficiency.reference_from_evals` of a run directory (its config
     gives the global batch)."""
@@ -97,14 +108,14 @@ def add_to_target(rows: List[dict], vs_by_workers: Dict[int, list], ref: Referen
     from omegaconf import OmegaConf
 
     from workbench.data import batch_size_per_worker
-    from workbench.trainers import SPECS
+    from workbench.spec import spec_of
     by_label = {(w, v.label): v for w, vs in vs_by_workers.items() for v in vs}
     for r in rows:
         v = by_label[(r["workers"], r["paradigm"])]
         batch = r["predicted_samples_per_s"] * r["predicted_step_s"]
         workers = max(1, round(batch / batch_size_per_worker(v.cfg, r["workers"])))
         st = stats.get(OmegaConf.to_yaml(v.cfg.compressor)) if _compressor(v) else None
-        update = SPECS[v.trainer].update_law(v.cfg, r["workers"]) if v.trainer in SPECS else None
+        update = spec_of(v.trainer).update_law(v.cfg, r["workers"])
         if update is None:
             steps, why = None, f"not modelled: {v.trainer}'s statistical efficiency {NO_LAW}"
         elif _compressor(v) and st is None:
